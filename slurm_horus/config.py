@@ -1,0 +1,160 @@
+"""Site configuration: one file, environment variables, command-line flags.
+
+Precedence is flag > ``HORUS_<NAME>`` environment variable > site file > built-in default.
+The site file is ``/etc/horus/horus.conf`` unless ``HORUS_CONFIG`` points elsewhere; its format is
+``name = value`` lines with ``#`` comments (names are case-insensitive, ``-`` and ``_`` alike).
+An unknown key or a value of the wrong type is a :class:`ConfigError` that names the key (and the
+file:line it came from).
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "/etc/horus/horus.conf"
+
+
+def _parse_bool(text):
+    lowered = text.strip().lower()
+    if lowered in ("1", "yes", "true", "on"):
+        return True
+    if lowered in ("0", "no", "false", "off"):
+        return False
+    raise ValueError(f"expected yes/no, got {text!r}")
+
+
+def _parse_positive_float(text):
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _parse_fraction(text):
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a number between 0 and 1, got {text!r}")
+    return value
+
+
+def _parse_choice(*choices):
+    def parse(text):
+        value = text.strip()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: object
+    default: object
+    help: str
+
+
+SETTINGS = {
+    s.name: s
+    for s in [
+        Setting("db", str, "/var/lib/horus/horus.db", "SQLite history database"),
+        Setting("socket", str, "/run/horus/horusd.sock", "horusd's Unix socket"),
+        Setting("tcp", str, "", "optional host:port horusd also listens on (empty: none)"),
+        Setting("policy", str, "horus", "placement policy used by horusd and horus-sbatch"),
+        Setting("binding", _parse_choice("indexed", "shard", "node"), "indexed",
+                "how a decision is bound to the job: per-GPU GRES types, typed shards, or node only"),
+        Setting("timeout_ms", _parse_positive_float, 100.0,
+                "how long job_submit.lua and horus-sbatch wait for horusd"),
+        Setting("refresh_s", _parse_positive_float, 2.0, "how often horusd re-reads sinfo/squeue"),
+        Setting("max_jobs_per_gpu", int, 2, "most jobs that may share one GPU"),
+        Setting("slowdown_limit", _parse_positive_float, 1.5,
+                "largest predicted slowdown a job may be given by sharing"),
+        Setting("share_unknown", _parse_bool, False, "may jobs of an unknown class share a GPU"),
+        Setting("min_share_confidence", _parse_fraction, 0.0,
+                "only share when the model's answer comes from a source at least this trusted"),
+        Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),
+        Setting("disable_file", str, "/etc/horus/disabled",
+                "kill switch: while this file exists job_submit.lua leaves every job alone"),
+    ]
+}
+
+
+def _canonical(name):
+    return name.strip().lower().replace("-", "_")
+
+
+def parse_config_file(path):
+    """Read a site file into {name: (raw_value, 'file:line')}; unknown keys are errors."""
+    values = {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.split("#", 1)[0].strip()
+        if not stripped:
+            continue
+        if "=" not in stripped:
+            raise ConfigError(f"{path}:{lineno}: expected 'name = value', got {line.strip()!r}")
+        key, raw = stripped.split("=", 1)
+        name = _canonical(key)
+        if name not in SETTINGS:
+            raise ConfigError(f"{path}:{lineno}: unknown setting {key.strip()!r}")
+        values[name] = (raw.strip(), f"{path}:{lineno}")
+    return values
+
+
+class Config:
+    """Resolved settings; attribute access (``config.db``) and ``config.source(name)``."""
+
+    def __init__(self, values, sources):
+        self._values = values
+        self._sources = sources
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def source(self, name):
+        return self._sources[name]
+
+    def as_dict(self):
+        return dict(self._values)
+
+
+def load_config(flags=None, environ=None, path=None):
+    """Resolve every setting. ``flags`` holds command-line values (None = not given)."""
+    environ = os.environ if environ is None else environ
+    flags = {(_canonical(k)): v for k, v in (flags or {}).items() if v is not None}
+    for name in flags:
+        if name not in SETTINGS:
+            raise ConfigError(f"unknown setting {name!r}")
+    explicit_path = path or environ.get("HORUS_CONFIG")
+    config_path = explicit_path or DEFAULT_CONFIG_FILE
+    from_file = {}
+    if explicit_path or Path(config_path).exists():
+        from_file = parse_config_file(config_path)
+    values, sources = {}, {}
+    for name, setting in SETTINGS.items():
+        env_key = "HORUS_" + name.upper()
+        if name in flags:
+            raw, where = flags[name], f"--{name.replace('_', '-')}"
+        elif env_key in environ:
+            raw, where = environ[env_key], env_key
+        elif name in from_file:
+            raw, where = from_file[name]
+        else:
+            values[name], sources[name] = setting.default, "default"
+            continue
+        try:
+            values[name] = setting.parse(raw) if isinstance(raw, str) else raw
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: bad value for {name!r}: {exc}") from None
+        sources[name] = where
+    return Config(values, sources)
+
