@@ -1,0 +1,313 @@
+--[[
+slurm-horus job_submit.lua (Lua 5.1, runs inside slurmctld).
+
+For every GPU job it asks the placement service horusd (Unix socket, hard timeout) where the job
+should go, and rewrites the job to exactly that node and those GPUs (typed GRES gpu:gK or shard:gK),
+appending a `horus:` token to admin_comment. It FAILS OPEN: on any error, timeout, odd reply or
+unhandled job kind the job goes through untouched. It never rejects a job for its own reasons.
+
+slurmctld holds its job read lock while this runs and has no timeout of its own, so every socket
+operation has a deadline (timeout_ms, default 100 ms). Settings come from the slurm-horus site file
+(HORUS_CONFIG or /etc/horus/horus.conf): socket, timeout_ms, disable_file, max_state_age_s,
+handle_exclusive, handle_nodelist. While disable_file exists, nothing is asked (kill switch).
+
+Every decision is logged with the greppable prefix "horus:". Each function below has a Python twin
+in slurm_horus/service/lua_twin.py, and tests hold the two against each other in real Lua 5.1.
+]]
+
+local horus = {}
+
+horus.DEFAULTS = {
+  socket = "/run/horus/horusd.sock",
+  timeout_ms = 100,
+  disable_file = "/etc/horus/disabled",
+  max_state_age_s = 60,
+  handle_exclusive = false,
+  handle_nodelist = false,
+}
+
+local BOOLEAN_SETTINGS = { handle_exclusive = true, handle_nodelist = true }
+local NUMBER_SETTINGS = { timeout_ms = true, max_state_age_s = true }
+
+local function trim(s)
+  return (string.gsub(s, "^%s*(.-)%s*$", "%1"))
+end
+
+local function to_bool(text)
+  local lowered = string.lower(text)
+  return lowered == "1" or lowered == "yes" or lowered == "true" or lowered == "on"
+end
+
+-- Parse the site file's "name = value" lines; only the settings the Lua needs are kept, the rest
+-- (read by horusd) are ignored here. Returns a table with defaults filled in.
+function horus.parse_config(text)
+  local conf = {}
+  for name, value in pairs(horus.DEFAULTS) do conf[name] = value end
+  for line in string.gmatch((text or "") .. "\n", "([^\n]*)\n") do
+    local stripped = trim((string.gsub(line, "#.*$", "")))
+    local key, value = string.match(stripped, "^([%w_%-]+)%s*=%s*(.-)$")
+    if key then
+      key = string.gsub(string.lower(key), "-", "_")
+      if horus.DEFAULTS[key] ~= nil then
+        if BOOLEAN_SETTINGS[key] then
+          conf[key] = to_bool(value)
+        elseif NUMBER_SETTINGS[key] then
+          conf[key] = tonumber(value) or horus.DEFAULTS[key]
+        else
+          conf[key] = value
+        end
+      end
+    end
+  end
+  return conf
+end
+
+local function read_file(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+local function file_exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() return true end
+  return false
+end
+
+-- Slurm's "unset" sentinel for 32-bit fields is NO_VAL (0xfffffffe); INFINITE is 0xffffffff.
+local function is_set_number(value)
+  return type(value) == "number" and value < 4294967294
+end
+
+-- Count GPUs in a TRES string such as "gres:gpu:2", "gres/gpu=2", "gres:gpu:v100:2",
+-- "gres:gpu:g1:1,gres:gpu:g3:1" or "gpu:2". Returns count, type (nil when untyped or mixed).
+function horus.count_gpus(tres)
+  if tres == nil or tres == "" then return 0, nil end
+  local total, gpu_type, mixed = 0, nil, false
+  for item in string.gmatch(tres, "[^,]+") do
+    item = string.gsub(trim(item), "^gres[:/]", "")
+    local name, rest = string.match(item, "^(%w+)[:=]?(.*)$")
+    if name == "gpu" then
+      local kind, count = string.match(rest, "^([^:=]+)[:=](%d+)$")
+      if not kind then
+        count = string.match(rest, "^(%d+)$")
+        if not count and rest == "" then count = "1" end
+        if not count then kind, count = rest, "1" end
+      end
+      total = total + (tonumber(count) or 0)
+      if kind then
+        if gpu_type and gpu_type ~= kind then mixed = true end
+        gpu_type = kind
+      end
+    end
+  end
+  if mixed then gpu_type = nil end
+  return total, gpu_type
+end
+
+-- What the job asks for, in every form Slurm accepts. Returns nil when the job wants no GPU,
+-- else {gpus_per_node=, nodes=, form=, gpu_type=}.
+function horus.gpu_request(job)
+  local nodes = is_set_number(job.min_nodes) and job.min_nodes or 1
+  if nodes < 1 then nodes = 1 end
+  local per_node, per_node_type = horus.count_gpus(job.tres_per_node)
+  if per_node > 0 then
+    return { gpus_per_node = per_node, nodes = nodes, form = "tres_per_node", gpu_type = per_node_type }
+  end
+  local per_job, per_job_type = horus.count_gpus(job.tres_per_job)
+  if per_job > 0 then
+    -- --gpus=N without -N: one node; with -N k the GPUs must divide evenly or we leave it.
+    if per_job % nodes ~= 0 then return nil, "gpus per job not divisible by nodes" end
+    return { gpus_per_node = per_job / nodes, nodes = nodes, form = "tres_per_job", gpu_type = per_job_type }
+  end
+  local per_task = horus.count_gpus(job.tres_per_task)
+  if per_task > 0 then
+    local tasks = is_set_number(job.num_tasks) and job.num_tasks or 1
+    if tasks % nodes ~= 0 then return nil, "tasks not divisible by nodes" end
+    return { gpus_per_node = per_task * tasks / nodes, nodes = nodes, form = "tres_per_task" }
+  end
+  return nil
+end
+
+-- Should horus decide for this job? Returns true, or false and the reason (logged).
+function horus.should_handle(job, conf)
+  local request, why = horus.gpu_request(job)
+  if request == nil then return false, why or "no gpu" end
+  if job.array_inx ~= nil and job.array_inx ~= "" then return false, "job array" end
+  if job.het_job_offset ~= nil and is_set_number(job.het_job_offset) then return false, "heterogeneous job" end
+  if (job.req_nodes ~= nil and job.req_nodes ~= "") and not conf.handle_nodelist then
+    return false, "explicit nodelist"
+  end
+  if job.shared == 0 and not conf.handle_exclusive then return false, "explicit exclusive" end
+  if request.gpu_type and string.match(request.gpu_type, "^g%d+$") then
+    return false, "already pinned to a gpu index"
+  end
+  return true, request
+end
+
+-- Minimal JSON encoding for the request (strings, numbers, booleans, flat tables of strings).
+local function json_value(value)
+  local kind = type(value)
+  if kind == "number" then
+    if value ~= value or value == math.huge or value == -math.huge then return "null" end
+    if value == math.floor(value) then return string.format("%d", value) end
+    return string.format("%.17g", value)
+  elseif kind == "boolean" then
+    return value and "true" or "false"
+  elseif kind == "table" then
+    local keys = {}
+    for k in pairs(value) do keys[#keys + 1] = tostring(k) end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = json_value(k) .. ":" .. json_value(value[k]) end
+    return "{" .. table.concat(parts, ",") .. "}"
+  elseif value == nil then
+    return "null"
+  end
+  local escaped = string.gsub(tostring(value), '[%c"\\]', function(c)
+    if c == '"' then return '\\"' elseif c == "\\" then return "\\\\" end
+    return string.format("\\u%04x", string.byte(c))
+  end)
+  return '"' .. escaped .. '"'
+end
+horus.json_value = json_value
+
+local HINT_NAMES = { "HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES" }
+
+-- The request line sent to horusd (JSON; reply asked for as key=value, which Lua parses cheaply).
+function horus.build_request(job, submit_uid, request)
+  local hints = {}
+  local env_ok, env = pcall(function() return job.environment end)
+  if env_ok and type(env) == "table" then
+    for _, name in ipairs(HINT_NAMES) do
+      local hint_ok, value = pcall(function() return env[name] end)
+      if hint_ok and value ~= nil then hints[name] = tostring(value) end
+    end
+  end
+  local message = {
+    op = "place",
+    reply = "kv",
+    uid = submit_uid,
+    user = job.user_name,
+    partition = job.partition,
+    job_name = job.name,
+    comment = job.comment,
+    tres_per_node = job.tres_per_node,
+    tres_per_job = job.tres_per_job,
+    tres_per_task = job.tres_per_task,
+    num_nodes = request.nodes,
+    gpus_per_node = request.gpus_per_node,
+    gpu_type = request.gpu_type,
+    time_limit_min = is_set_number(job.time_limit) and job.time_limit or nil,
+    exc_nodes = job.exc_nodes,
+    hints = hints,
+  }
+  return json_value(message)
+end
+
+-- Parse horusd's key=value reply: "ok=1;action=place;id=h-1;nodes=n3;tres=gres:gpu:g2:1;..."
+-- Returns a table, or nil and why. Values may not contain ';'.
+function horus.parse_reply(line, conf)
+  if type(line) ~= "string" or line == "" then return nil, "empty reply" end
+  local reply = {}
+  for pair in string.gmatch(line, "[^;]+") do
+    local key, value = string.match(pair, "^([%w_]+)=(.*)$")
+    if not key then return nil, "malformed reply" end
+    reply[key] = value
+  end
+  if reply.ok ~= "1" then return nil, "not ok: " .. tostring(reply.error) end
+  if reply.action == "unchanged" then return reply end
+  if reply.action ~= "place" then return nil, "unknown action" end
+  if not reply.nodes or not string.match(reply.nodes, "^[%w%-%.%[%],]+$") then return nil, "bad nodes" end
+  if not reply.tres or not string.match(reply.tres, "^[%w:/=,_%-]+$") then return nil, "bad tres" end
+  if not reply.id or not string.match(reply.id, "^[%w%-_]+$") then return nil, "bad id" end
+  local age = string.match(reply.age or "", "^%d+%.?%d*$") and tonumber(reply.age) or nil
+  if age == nil or age > conf.max_state_age_s then return nil, "stale state" end
+  return reply
+end
+
+-- Rewrite the job with the decision: node, typed GRES, admin_comment token (appended, never
+-- overwritten: jobstats keeps its JS1: summary there).
+function horus.apply(job, reply)
+  job.req_nodes = reply.nodes
+  job.tres_per_node = reply.tres
+  if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
+  if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+  local token = "horus:" .. reply.id .. ":" .. (reply.mode or "exclusive") .. ":" .. (reply.slowdown or "1.00")
+  local previous = job.admin_comment
+  if previous ~= nil and previous ~= "" then
+    job.admin_comment = previous .. "," .. token
+  else
+    job.admin_comment = token
+  end
+  return token
+end
+
+-- Ask horusd over its Unix socket; every step bounded by the same deadline.
+function horus.ask(conf, line)
+  local socket_ok, socket = pcall(require, "socket")
+  local unix_ok, unix = pcall(require, "socket.unix")
+  if not (socket_ok and unix_ok) then return nil, "lua-socket not installed" end
+  local deadline = socket.gettime() + conf.timeout_ms / 1000
+  local client = unix()
+  client:settimeout(conf.timeout_ms / 1000)
+  local ok, err = client:connect(conf.socket)
+  if not ok then client:close() return nil, "connect: " .. tostring(err) end
+  local remaining = deadline - socket.gettime()
+  if remaining <= 0 then client:close() return nil, "timeout" end
+  client:settimeout(remaining)
+  local sent, send_err = client:send(line .. "\n")
+  if not sent then client:close() return nil, "send: " .. tostring(send_err) end
+  remaining = deadline - socket.gettime()
+  if remaining <= 0 then client:close() return nil, "timeout" end
+  client:settimeout(remaining)
+  local reply, receive_err = client:receive("*l")
+  client:close()
+  if not reply then return nil, "receive: " .. tostring(receive_err) end
+  return reply
+end
+
+function horus.load_config()
+  local path = os.getenv("HORUS_CONFIG") or "/etc/horus/horus.conf"
+  return horus.parse_config(read_file(path))
+end
+
+-- One submission, start to end. Returns a short outcome string for the log.
+function horus.submit(job, submit_uid)
+  local conf = horus.load_config()
+  if file_exists(conf.disable_file) then return "skip: disabled by " .. conf.disable_file end
+  local handle, request = horus.should_handle(job, conf)
+  if not handle then return "skip: " .. tostring(request) end
+  local line = horus.build_request(job, submit_uid, request)
+  local raw, ask_err = horus.ask(conf, line)
+  if not raw then return "unchanged: horusd " .. tostring(ask_err) end
+  local reply, parse_err = horus.parse_reply(raw, conf)
+  if not reply then return "unchanged: " .. tostring(parse_err) end
+  if reply.action == "unchanged" then return "unchanged: " .. tostring(reply.reason or "horusd left it to slurm") end
+  local token = horus.apply(job, reply)
+  return "placed " .. token .. " nodes=" .. reply.nodes .. " tres=" .. reply.tres
+end
+
+local function log(fmt, ...)
+  if slurm and slurm.log_info then slurm.log_info(fmt, ...) end
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local ok, outcome = pcall(horus.submit, job_desc, submit_uid)
+  if ok then
+    log("horus: job name=%s uid=%s %s", tostring(job_desc.name), tostring(submit_uid), tostring(outcome))
+  else
+    log("horus: error (job left unchanged): %s", tostring(outcome))
+  end
+  return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  return slurm.SUCCESS
+end
+
+HORUS = horus -- exposed for the Lua/Python twin tests; slurmctld ignores it
+log("horus: job_submit.lua loaded")
+return slurm.SUCCESS

@@ -1,0 +1,193 @@
+"""Python twin of every decision job_submit.lua makes (slurmjobpacker's rule).
+
+Each function mirrors the Lua function of the same name in ``job_submit_lua/job_submit.lua``; the
+tests run both on the same cases in real Lua 5.1 (lupa) and require identical answers. horusd uses
+:func:`gpu_request` to read requests the way the Lua reads them, and :func:`encode_kv_reply` to
+write the reply format that :func:`parse_reply` (and the Lua) accept.
+
+A job is a plain dict with job_desc's field names (``tres_per_node``, ``min_nodes``...); unset
+numbers carry Slurm's NO_VAL (4294967294).
+"""
+
+import re
+
+NO_VAL = 4294967294
+NO_VAL16 = 65534
+
+DEFAULTS = {
+    "socket": "/run/horus/horusd.sock",
+    "timeout_ms": 100,
+    "disable_file": "/etc/horus/disabled",
+    "max_state_age_s": 60,
+    "handle_exclusive": False,
+    "handle_nodelist": False,
+}
+_BOOLEAN = {"handle_exclusive", "handle_nodelist"}
+_NUMBER = {"timeout_ms", "max_state_age_s"}
+
+_SAFE_NODES = re.compile(r"^[A-Za-z0-9\-.\[\],]+\Z")
+_SAFE_TRES = re.compile(r"^[A-Za-z0-9:/=,_\-]+\Z")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9\-_]+\Z")
+_INDEX_TYPE = re.compile(r"^g[0-9]+\Z")
+
+
+def _to_number(text):
+    """Lua's tonumber for the decimal forms the site file uses."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() else value
+
+
+def parse_config(text):
+    conf = dict(DEFAULTS)
+    for line in (text or "").split("\n"):
+        stripped = line.split("#", 1)[0].strip()
+        match = re.match(r"^([A-Za-z0-9_\-]+)\s*=\s*(.*)\Z", stripped)
+        if not match:
+            continue
+        key = match.group(1).lower().replace("-", "_")
+        value = match.group(2)
+        if key not in DEFAULTS:
+            continue
+        if key in _BOOLEAN:
+            conf[key] = value.lower() in ("1", "yes", "true", "on")
+        elif key in _NUMBER:
+            number = _to_number(value)
+            conf[key] = DEFAULTS[key] if number is None else number
+        else:
+            conf[key] = value
+    return conf
+
+
+def _is_set(value):
+    return isinstance(value, (int, float)) and value < NO_VAL
+
+
+def count_gpus(tres):
+    """GPUs in a TRES string; returns (count, type or None when untyped or mixed)."""
+    if not tres:
+        return 0, None
+    total, gpu_type, mixed = 0, None, False
+    for item in tres.split(","):
+        item = re.sub(r"^gres[:/]", "", item.strip())
+        match = re.match(r"^([A-Za-z0-9]+)[:=]?(.*)\Z", item, re.S)
+        if not match or match.group(1) != "gpu":
+            continue
+        rest = match.group(2)
+        kind = None
+        typed = re.match(r"^([^:=]+)[:=]([0-9]+)\Z", rest)
+        if typed:
+            kind, count = typed.group(1), typed.group(2)
+        elif re.match(r"^([0-9]+)\Z", rest):
+            count = rest
+        elif rest == "":
+            count = "1"
+        else:
+            kind, count = rest, "1"
+        total += int(count)
+        if kind is not None:
+            if gpu_type is not None and gpu_type != kind:
+                mixed = True
+            gpu_type = kind
+    return total, (None if mixed else gpu_type)
+
+
+def gpu_request(job):
+    """(request dict or None, reason or None), like the Lua's two return values."""
+    nodes = job.get("min_nodes") if _is_set(job.get("min_nodes")) else 1
+    nodes = max(nodes, 1)
+    per_node, per_node_type = count_gpus(job.get("tres_per_node"))
+    if per_node > 0:
+        return {"gpus_per_node": per_node, "nodes": nodes, "form": "tres_per_node", "gpu_type": per_node_type}, None
+    per_job, per_job_type = count_gpus(job.get("tres_per_job"))
+    if per_job > 0:
+        if per_job % nodes:
+            return None, "gpus per job not divisible by nodes"
+        return {"gpus_per_node": per_job // nodes, "nodes": nodes, "form": "tres_per_job", "gpu_type": per_job_type}, None
+    per_task, _ = count_gpus(job.get("tres_per_task"))
+    if per_task > 0:
+        tasks = job.get("num_tasks") if _is_set(job.get("num_tasks")) else 1
+        if tasks % nodes:
+            return None, "tasks not divisible by nodes"
+        return {"gpus_per_node": per_task * tasks // nodes, "nodes": nodes, "form": "tres_per_task", "gpu_type": None}, None
+    return None, None
+
+
+def should_handle(job, conf):
+    """(True, request) or (False, reason)."""
+    request, why = gpu_request(job)
+    if request is None:
+        return False, why or "no gpu"
+    if job.get("array_inx"):
+        return False, "job array"
+    if _is_set(job.get("het_job_offset")):
+        return False, "heterogeneous job"
+    if job.get("req_nodes") and not conf["handle_nodelist"]:
+        return False, "explicit nodelist"
+    if job.get("shared") == 0 and not conf["handle_exclusive"]:
+        return False, "explicit exclusive"
+    if request["gpu_type"] and _INDEX_TYPE.match(request["gpu_type"]):
+        return False, "already pinned to a gpu index"
+    return True, request
+
+
+def parse_reply(line, conf):
+    """Parse the key=value reply; (reply dict, None) or (None, why)."""
+    if not isinstance(line, str) or line == "":
+        return None, "empty reply"
+    reply = {}
+    for pair in line.split(";"):
+        if pair == "":
+            continue
+        match = re.match(r"^([A-Za-z0-9_]+)=(.*)\Z", pair, re.S)
+        if not match:
+            return None, "malformed reply"
+        reply[match.group(1)] = match.group(2)
+    if reply.get("ok") != "1":
+        return None, "not ok: " + str(reply.get("error", "nil"))
+    if reply.get("action") == "unchanged":
+        return reply, None
+    if reply.get("action") != "place":
+        return None, "unknown action"
+    if not reply.get("nodes") or not _SAFE_NODES.match(reply["nodes"]):
+        return None, "bad nodes"
+    if not reply.get("tres") or not _SAFE_TRES.match(reply["tres"]):
+        return None, "bad tres"
+    if not reply.get("id") or not _SAFE_ID.match(reply["id"]):
+        return None, "bad id"
+    age = float(reply["age"]) if re.match(r"^[0-9]+\.?[0-9]*\Z", reply.get("age", "")) else None
+    if age is None or age > conf["max_state_age_s"]:
+        return None, "stale state"
+    return reply, None
+
+
+def apply(job, reply):
+    """Rewrite ``job`` (a dict) in place; returns the admin_comment token."""
+    job["req_nodes"] = reply["nodes"]
+    job["tres_per_node"] = reply["tres"]
+    if job.get("tres_per_job"):
+        job["tres_per_job"] = ""
+    if job.get("tres_per_task"):
+        job["tres_per_task"] = ""
+    token = "horus:%s:%s:%s" % (reply["id"], reply.get("mode", "exclusive"), reply.get("slowdown", "1.00"))
+    previous = job.get("admin_comment")
+    job["admin_comment"] = previous + "," + token if previous else token
+    return token
+
+
+def encode_kv_reply(reply):
+    """horusd's reply in the key=value form the Lua parses; ';' and newlines are removed from values."""
+    parts = []
+    for key in sorted(reply):
+        value = reply[key]
+        if value is None or isinstance(value, (dict, list)):
+            continue
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, float):
+            value = "%.3f" % value
+        text = str(value).replace(";", ",").replace("\n", " ").replace("\r", " ")
+        parts.append("%s=%s" % (key, text))
+    return ";".join(parts)

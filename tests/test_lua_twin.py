@@ -1,0 +1,221 @@
+"""job_submit.lua against its Python twin, in real Lua 5.1 (lupa), on the same cases."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_horus.resources import resource_path
+from slurm_horus.service import lua_twin
+
+lupa51 = pytest.importorskip("lupa.lua51")
+
+NO_VAL = lua_twin.NO_VAL
+LUA_LOG = []  # what the script logged through slurm.log_info
+
+
+@pytest.fixture(scope="module")
+def lua():
+    runtime = lupa51.LuaRuntime(unpack_returned_tuples=True)
+    runtime.execute("slurm = {SUCCESS = 0, ERROR = -1}")
+    runtime.globals().slurm.log_info = lambda fmt, *args: LUA_LOG.append(str(fmt) % args)
+    source = resource_path("job_submit_lua", "job_submit.lua").read_text()
+    runtime.execute(source)
+    return runtime
+
+
+def to_lua(lua, value):
+    if isinstance(value, dict):
+        return lua.table_from({k: to_lua(lua, v) for k, v in value.items()})
+    return value
+
+
+def from_lua(value):
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return {k: from_lua(v) for k, v in value.items()}
+
+
+def pair(result):
+    """A Lua function returning (value) or (value, why) as a Python 2-tuple."""
+    if isinstance(result, tuple):
+        return (result + (None, None))[:2]
+    return result, None
+
+
+def normalize(value):
+    """Lua numbers are doubles (2 == 2.0) and a Lua table cannot hold nil (drop None values)."""
+    if isinstance(value, dict):
+        return {k: normalize(v) for k, v in value.items() if v is not None}
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JOBS = [
+    {},
+    {"tres_per_node": "gres:gpu:2"},
+    {"tres_per_node": "gres:gpu:1", "min_nodes": NO_VAL},
+    {"tres_per_node": "gres:gpu:v100:2", "min_nodes": 2},
+    {"tres_per_node": "gres:gpu:g1:1,gres:gpu:g3:1"},
+    {"tres_per_node": "gres:gpu:g2:1"},
+    {"tres_per_node": "gres:shard:2"},
+    {"tres_per_node": "gres:gpu"},
+    {"tres_per_node": "gres/gpu=4"},
+    {"tres_per_job": "gres:gpu:4", "min_nodes": 2},
+    {"tres_per_job": "gres:gpu:3", "min_nodes": 2},
+    {"tres_per_job": "gres:gpu:a100:2"},
+    {"tres_per_task": "gres:gpu:1", "num_tasks": 4, "min_nodes": 2},
+    {"tres_per_task": "gres:gpu:1", "num_tasks": 3, "min_nodes": 2},
+    {"tres_per_task": "gres:gpu:1", "num_tasks": NO_VAL},
+    {"tres_per_node": "gres:gpu:1", "array_inx": "0-9"},
+    {"tres_per_node": "gres:gpu:1", "het_job_offset": 1},
+    {"tres_per_node": "gres:gpu:1", "het_job_offset": NO_VAL},
+    {"tres_per_node": "gres:gpu:1", "req_nodes": "n2"},
+    {"tres_per_node": "gres:gpu:1", "shared": 0},
+    {"tres_per_node": "gres:gpu:1", "shared": 65534},
+    {"tres_per_node": "gres:gpu:1,gres:gpu:v100:1"},
+]
+
+CONFIGS = [
+    "",
+    "socket = /tmp/h.sock\ntimeout_ms = 250\n",
+    "handle_exclusive = yes\nhandle-nodelist=1  # comment\n",
+    "max_state_age_s = 5\npolicy = sjf\nbogus line\n",
+]
+
+REPLIES = [
+    "ok=1;action=place;id=h-1;nodes=n3;tres=gres:gpu:g2:1;mode=shared;slowdown=1.080;age=0.5",
+    "ok=1;action=place;id=h-2;nodes=n1;tres=gres:shard:g0:1;age=3",
+    "ok=1;action=place;id=h-3;nodes=n1;tres=gres:gpu:g0:1;age=999",
+    "ok=1;action=place;id=h-4;nodes=n1;tres=gres:gpu:g0:1;age=0x10",
+    "ok=1;action=place;id=h-5;nodes=n1 && rm;tres=gres:gpu:g0:1;age=1",
+    "ok=1;action=place;id=h 6;nodes=n1;tres=gres:gpu:g0:1;age=1",
+    "ok=1;action=place;id=h-7;nodes=n1;tres=gres:gpu:g0:1",
+    "ok=1;action=unchanged;reason=nothing free",
+    "ok=0;error=boom",
+    "ok=1;action=explode",
+    "garbage",
+    "",
+    ";;ok=1;action=unchanged",
+]
+
+
+@pytest.mark.parametrize("config_text", CONFIGS)
+def test_parse_config_twin(lua, config_text):
+    lua_conf = from_lua(lua.globals().HORUS.parse_config(config_text))
+    assert normalize(lua_conf) == normalize(lua_twin.parse_config(config_text))
+
+
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("config_text", CONFIGS[:3])
+def test_should_handle_twin(lua, job, config_text):
+    horus = lua.globals().HORUS
+    conf = horus.parse_config(config_text)
+    lua_ok, lua_detail = pair(horus.should_handle(to_lua(lua, job), conf))
+    py_ok, py_detail = lua_twin.should_handle(job, lua_twin.parse_config(config_text))
+    assert lua_ok == py_ok
+    assert normalize(from_lua(lua_detail)) == normalize(py_detail)
+
+
+def test_should_handle_cases_mean_what_they_say():
+    conf = lua_twin.parse_config("")
+    assert lua_twin.should_handle({}, conf) == (False, "no gpu")
+    assert lua_twin.should_handle({"tres_per_node": "gres:gpu:1", "req_nodes": "n2"}, conf) == (False, "explicit nodelist")
+    assert lua_twin.should_handle({"tres_per_node": "gres:gpu:1", "shared": 0}, conf) == (False, "explicit exclusive")
+    ok, request = lua_twin.should_handle({"tres_per_job": "gres:gpu:4", "min_nodes": 2}, conf)
+    assert ok and request["gpus_per_node"] == 2 and request["nodes"] == 2
+
+
+@pytest.mark.parametrize("line", REPLIES)
+def test_parse_reply_twin(lua, line):
+    horus = lua.globals().HORUS
+    conf_text = "max_state_age_s = 60"
+    lua_reply, lua_why = pair(horus.parse_reply(line, horus.parse_config(conf_text)))
+    py_reply, py_why = lua_twin.parse_reply(line, lua_twin.parse_config(conf_text))
+    assert normalize(from_lua(lua_reply)) == normalize(py_reply)
+    assert lua_why == py_why
+
+
+def test_parse_reply_refuses_unsafe_and_stale():
+    conf = lua_twin.parse_config("")
+    assert lua_twin.parse_reply(REPLIES[0], conf)[0]["nodes"] == "n3"
+    assert lua_twin.parse_reply(REPLIES[2], conf) == (None, "stale state")
+    assert lua_twin.parse_reply(REPLIES[4], conf) == (None, "bad nodes")
+    assert lua_twin.parse_reply("garbage", conf) == (None, "malformed reply")
+
+
+@pytest.mark.parametrize("admin_comment", [None, "", "JS1:abc"])
+@pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2}])
+def test_apply_twin(lua, job, admin_comment):
+    horus = lua.globals().HORUS
+    job = dict(job, admin_comment=admin_comment) if admin_comment is not None else dict(job)
+    reply = {"id": "h-9", "nodes": "n2", "tres": "gres:gpu:g1:1,gres:gpu:g2:1", "mode": "exclusive",
+             "slowdown": "1.000"}
+    lua_job = to_lua(lua, job)
+    lua_token = horus.apply(lua_job, to_lua(lua, reply))
+    py_job = dict(job)
+    py_token = lua_twin.apply(py_job, reply)
+    assert lua_token == py_token
+    assert normalize(from_lua(lua_job)) == normalize(py_job)
+    assert py_job["req_nodes"] == "n2"
+    if admin_comment:
+        assert py_job["admin_comment"] == "JS1:abc,horus:h-9:exclusive:1.000"
+
+
+def test_build_request_is_json_with_the_request(lua):
+    horus = lua.globals().HORUS
+    job = {"tres_per_job": "gres:gpu:2", "name": 'my "job"\n', "user_name": "alice", "time_limit": 60,
+           "min_nodes": NO_VAL}
+    ok, request = lua_twin.should_handle(job, lua_twin.parse_config(""))
+    line = horus.build_request(to_lua(lua, job), 1000, to_lua(lua, request))
+    message = json.loads(line)
+    assert message["op"] == "place" and message["reply"] == "kv"
+    assert message["job_name"] == 'my "job"\n'
+    assert message["gpus_per_node"] == 2 and message["num_nodes"] == 1
+    assert message["time_limit_min"] == 60 and message["uid"] == 1000
+
+
+def test_encode_kv_reply_round_trips_through_lua(lua):
+    horus = lua.globals().HORUS
+    line = lua_twin.encode_kv_reply({"ok": True, "action": "place", "id": "h-1", "nodes": "n4",
+                                     "tres": "gres:shard:g3:1", "mode": "shared", "slowdown": 1.1234,
+                                     "age": 0.25, "reason": "pair; fits\nwell", "gpus": {"n4": [3]}})
+    reply, why = pair(horus.parse_reply(line, horus.parse_config("")))
+    assert why is None
+    reply = from_lua(reply)
+    assert reply["slowdown"] == "1.123" and reply["reason"] == "pair, fits well" and "gpus" not in reply
+
+
+def test_submit_fails_open_without_horusd(lua, tmp_path, monkeypatch):
+    """No socket library/daemon: the job is untouched and slurm.SUCCESS is returned."""
+    conf = tmp_path / "horus.conf"
+    conf.write_text(f"socket = {tmp_path}/none.sock\n")
+    monkeypatch.setenv("HORUS_CONFIG", str(conf))
+    job = to_lua(lua, {"tres_per_node": "gres:gpu:1", "name": "j"})
+    assert lua.globals().slurm_job_submit(job, None, 1000) == 0
+    assert job.tres_per_node == "gres:gpu:1" and job.req_nodes is None
+    assert any(line.startswith("horus: job name=j") and "unchanged: horusd" in line for line in LUA_LOG)
+
+
+tres_items = st.one_of(
+    st.builds(lambda n: f"gres:gpu:{n}", st.integers(0, 16)),
+    st.builds(lambda t, n: f"gres:gpu:{t}:{n}", st.sampled_from(["v100", "a100", "g0", "g3"]), st.integers(0, 8)),
+    st.builds(lambda n: f"gres/gpu={n}", st.integers(0, 8)),
+    st.builds(lambda n: f"gres:shard:{n}", st.integers(0, 8)),
+    st.text(alphabet="gpures:/=,0123456789 ", max_size=20),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tres_items, min_size=0, max_size=3).map(",".join),
+       st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
+       st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
+def test_gpu_request_twin_property(lua, tres, field, nodes, tasks):
+    job = {field: tres, "min_nodes": nodes, "num_tasks": tasks}
+    lua_request, lua_why = pair(lua.globals().HORUS.gpu_request(to_lua(lua, job)))
+    py_request, py_why = lua_twin.gpu_request(job)
+    assert normalize(from_lua(lua_request)) == normalize(py_request)
+    assert lua_why == py_why
