@@ -223,19 +223,24 @@ function horus.parse_reply(line, conf)
   if not reply.nodes or not string.match(reply.nodes, "^[%w%-%.%[%],]+$") then return nil, "bad nodes" end
   if not reply.tres or not string.match(reply.tres, "^[%w:/=,_%-]+$") then return nil, "bad tres" end
   if not reply.id or not string.match(reply.id, "^[%w%-_]+$") then return nil, "bad id" end
+  if reply.class and not string.match(reply.class, "^[%w%-_%.]+$") then return nil, "bad class" end
+  if reply.partition and not string.match(reply.partition, "^[%w%-_]+$") then return nil, "bad partition" end
   local age = string.match(reply.age or "", "^%d+%.?%d*$") and tonumber(reply.age) or nil
   if age == nil or age > conf.max_state_age_s then return nil, "stale state" end
   return reply
 end
 
--- Rewrite the job with the decision: node, typed GRES, admin_comment token (appended, never
--- overwritten: jobstats keeps its JS1: summary there).
+-- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
+-- admin_comment token horus:<id>:<mode>:<slowdown>:<class> (appended, never overwritten: jobstats
+-- keeps its JS1: summary there; users cannot set admin_comment, so the token cannot be forged).
 function horus.apply(job, reply)
   job.req_nodes = reply.nodes
   job.tres_per_node = reply.tres
   if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
   if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+  if reply.partition and reply.partition ~= "" then job.partition = reply.partition end
   local token = "horus:" .. reply.id .. ":" .. (reply.mode or "exclusive") .. ":" .. (reply.slowdown or "1.00")
+    .. ":" .. (reply.class or "unknown")
   local previous = job.admin_comment
   if previous ~= nil and previous ~= "" then
     job.admin_comment = previous .. "," .. token

@@ -17,6 +17,8 @@ SUBCOMMANDS = {
     "model": "slurm_horus.interference.cli:model",
     "simulate": "slurm_horus.sim.cli:simulate",
     "config": "slurm_horus.config_cli:config_command",
+    "serve": "slurm_horus.service.cli:serve",
+    "doctor": "slurm_horus.service.cli:doctor",
 }
 
 

@@ -64,6 +64,8 @@ SETTINGS = {
         Setting("socket", str, "/run/horus/horusd.sock", "horusd's Unix socket"),
         Setting("tcp", str, "", "optional host:port horusd also listens on (empty: none)"),
         Setting("policy", str, "horus", "placement policy used by horusd and horus-sbatch"),
+        Setting("gpu_type", lambda t: t.strip().lower(), "v100",
+                "GPU model of nodes whose features name none (indexed GRES types g0..gN say no model)"),
         Setting("binding", _parse_choice("indexed", "shard", "node"), "indexed",
                 "how a decision is bound to the job: per-GPU GRES types, typed shards, or node only"),
         Setting("timeout_ms", _parse_positive_float, 100.0,

@@ -94,6 +94,9 @@ REPLIES = [
     "ok=1;action=place;id=h 6;nodes=n1;tres=gres:gpu:g0:1;age=1",
     "ok=1;action=place;id=h-7;nodes=n1;tres=gres:gpu:g0:1",
     "ok=1;action=unchanged;reason=nothing free",
+    "ok=1;action=place;id=h-8;nodes=n2;tres=gres:shard:g1:1;age=1;class=resnet18-bs64;partition=infer-lend",
+    "ok=1;action=place;id=h-9;nodes=n2;tres=gres:shard:g1:1;age=1;class=a b",
+    "ok=1;action=place;id=h-10;nodes=n2;tres=gres:shard:g1:1;age=1;partition=x;y",
     "ok=0;error=boom",
     "ok=1;action=explode",
     "garbage",
@@ -153,16 +156,16 @@ def test_apply_twin(lua, job, admin_comment):
     horus = lua.globals().HORUS
     job = dict(job, admin_comment=admin_comment) if admin_comment is not None else dict(job)
     reply = {"id": "h-9", "nodes": "n2", "tres": "gres:gpu:g1:1,gres:gpu:g2:1", "mode": "exclusive",
-             "slowdown": "1.000"}
+             "slowdown": "1.000", "class": "bert-bs8", "partition": "infer-lend"}
     lua_job = to_lua(lua, job)
     lua_token = horus.apply(lua_job, to_lua(lua, reply))
     py_job = dict(job)
     py_token = lua_twin.apply(py_job, reply)
     assert lua_token == py_token
     assert normalize(from_lua(lua_job)) == normalize(py_job)
-    assert py_job["req_nodes"] == "n2"
+    assert py_job["req_nodes"] == "n2" and py_job["partition"] == "infer-lend"
     if admin_comment:
-        assert py_job["admin_comment"] == "JS1:abc,horus:h-9:exclusive:1.000"
+        assert py_job["admin_comment"] == "JS1:abc,horus:h-9:exclusive:1.000:bert-bs8"
 
 
 def test_build_request_is_json_with_the_request(lua):

@@ -28,6 +28,7 @@ _NUMBER = {"timeout_ms", "max_state_age_s"}
 _SAFE_NODES = re.compile(r"^[A-Za-z0-9\-.\[\],]+\Z")
 _SAFE_TRES = re.compile(r"^[A-Za-z0-9:/=,_\-]+\Z")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9\-_]+\Z")
+_SAFE_CLASS = re.compile(r"^[A-Za-z0-9\-_.]+\Z")
 _INDEX_TYPE = re.compile(r"^g[0-9]+\Z")
 
 
@@ -157,6 +158,10 @@ def parse_reply(line, conf):
         return None, "bad tres"
     if not reply.get("id") or not _SAFE_ID.match(reply["id"]):
         return None, "bad id"
+    if "class" in reply and not _SAFE_CLASS.match(reply["class"]):
+        return None, "bad class"
+    if "partition" in reply and not _SAFE_ID.match(reply["partition"]):
+        return None, "bad partition"
     age = float(reply["age"]) if re.match(r"^[0-9]+\.?[0-9]*\Z", reply.get("age", "")) else None
     if age is None or age > conf["max_state_age_s"]:
         return None, "stale state"
@@ -171,7 +176,10 @@ def apply(job, reply):
         job["tres_per_job"] = ""
     if job.get("tres_per_task"):
         job["tres_per_task"] = ""
-    token = "horus:%s:%s:%s" % (reply["id"], reply.get("mode", "exclusive"), reply.get("slowdown", "1.00"))
+    if reply.get("partition"):
+        job["partition"] = reply["partition"]
+    token = "horus:%s:%s:%s:%s" % (reply["id"], reply.get("mode", "exclusive"), reply.get("slowdown", "1.00"),
+                                   reply.get("class", "unknown"))
     previous = job.get("admin_comment")
     job["admin_comment"] = previous + "," + token if previous else token
     return token

@@ -1,0 +1,164 @@
+"""``horus serve``: wire the site config, the Slurm reader, the placement core and the sockets.
+
+Lifecycle: read config → build the interference model and the policy → first refresh from Slurm →
+listen. A background thread refreshes the cluster state every ``refresh_s``; SIGHUP (or a
+``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
+them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
+"""
+
+import logging
+import os
+import signal
+import threading
+import time
+
+from ..config import load_config
+from ..errors import HorusError
+from ..placement.policies import PolicyModels, make_policy
+from ..slurm.parse import parse_sinfo, parse_squeue
+from ..slurm.runner import run_slurm
+from .daemon import Placer, Snapshot, unchanged
+from .server import Frontend
+
+log = logging.getLogger("horusd")
+
+_KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
+                    "v100")
+
+
+class SlurmReader:
+    """Reads the cluster from ``sinfo --json`` and ``squeue --json`` (22.05 has no scontrol --json)."""
+
+    def __init__(self, slurm_conf=None, timeout_s=10.0):
+        self.slurm_conf = slurm_conf
+        self.timeout_s = timeout_s
+
+    def read(self):
+        taken_at = time.time()
+        nodes = parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=self.slurm_conf, timeout=self.timeout_s).stdout)
+        jobs = parse_squeue(run_slurm(["squeue", "--json"], slurm_conf=self.slurm_conf, timeout=self.timeout_s).stdout)
+        features = {}
+        for node in nodes:
+            for feature in getattr(node, "features", ()) or ():
+                if feature.lower() in _KNOWN_GPU_TYPES:
+                    features[node.name] = feature.lower()
+        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features)
+
+
+def build_placer(config, predictor_factory=None):
+    """A Placer for the site config; the model defaults to the built-in priors (plus a refit one)."""
+    from ..interference import build_model, gpu_memory_mb
+
+    cache = {}
+
+    def factory(kind):
+        if predictor_factory is not None:
+            return predictor_factory(kind)
+        if kind not in cache:
+            cache[kind] = build_model(kind)
+        return cache[kind]
+
+    placer_classes = None
+    placer = Placer(None, binding=config.binding, gpu_type=config.gpu_type, gpu_memory_mb=gpu_memory_mb,
+                    max_jobs_per_gpu=config.max_jobs_per_gpu, share_unknown=config.share_unknown,
+                    slowdown_limit=config.slowdown_limit)
+    placer_classes = placer.classes
+    models = PolicyModels(placer_classes, factory)
+    try:
+        placer.policy = make_policy(config.policy, models)
+    except ValueError as exc:
+        raise HorusError(f"policy: {exc}") from None
+    return placer
+
+
+class Horusd:
+    def __init__(self, config, reader=None, predictor_factory=None):
+        self.config = config
+        self.reader = reader or SlurmReader()
+        self.predictor_factory = predictor_factory
+        self.placer = build_placer(config, predictor_factory)
+        self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None)
+        self.stopping = threading.Event()
+        self.refresh_errors = 0
+        self._refresher = None
+
+    # ---- requests -------------------------------------------------------------------------------
+    def decide(self, message):
+        op = message.get("op")
+        if op == "ping":
+            return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
+                    "decisions": self.placer.decisions, "policy": self.config.policy, "pid": os.getpid()}
+        if op == "reload":
+            self.reload()
+            return {"ok": True, "reloaded": True}
+        if op != "place":
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        placer = self.placer  # one consistent placer per request, even during a reload
+        if placer.state_age() > max(30.0, 10 * self.config.refresh_s):
+            return unchanged("cluster state is stale")
+        started = time.perf_counter()
+        reply = placer.place(message)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        log.info("horus: decision user=%s class=%s action=%s nodes=%s tres=%s slowdown=%s in %.2f ms: %s",
+                 message.get("user"), reply.get("class"), reply.get("action"), reply.get("nodes"),
+                 reply.get("tres"), reply.get("slowdown"), elapsed_ms, reply.get("reason"))
+        return reply
+
+    # ---- state ----------------------------------------------------------------------------------
+    def refresh_once(self):
+        snapshot = self.reader.read()
+        self.placer.load_snapshot(snapshot)
+
+    def _refresh_loop(self):
+        while not self.stopping.wait(self.config.refresh_s):
+            try:
+                self.refresh_once()
+                self.refresh_errors = 0
+            except Exception as exc:  # Slurm slow or down: keep the old state, it ages out
+                self.refresh_errors += 1
+                if self.refresh_errors in (1, 10) or self.refresh_errors % 100 == 0:
+                    log.warning("horus: refresh failed (%d in a row): %s", self.refresh_errors, exc)
+
+    def reload(self):
+        """Re-read the site file and model; swap them in without dropping requests."""
+        config = load_config()
+        placer = build_placer(config, self.predictor_factory)
+        old = self.placer
+        with old.lock:
+            placer.ledger = dict(old.ledger)
+        self.config = config
+        try:
+            snapshot = self.reader.read()
+            placer.load_snapshot(snapshot)
+        except Exception as exc:
+            log.warning("horus: reload kept the old state: %s", exc)
+            placer.state, placer.snapshot_time = old.state, old.snapshot_time
+        self.placer = placer
+        log.info("horus: reloaded config (policy=%s binding=%s)", config.policy, config.binding)
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def start(self):
+        try:
+            self.refresh_once()
+        except Exception as exc:
+            log.warning("horus: first refresh failed, answering 'unchanged' until Slurm answers: %s", exc)
+        self.frontend.start()
+        self._refresher = threading.Thread(target=self._refresh_loop, daemon=True)
+        self._refresher.start()
+        log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
+                 self.config.binding)
+
+    def stop(self):
+        self.stopping.set()
+        self.frontend.stop()
+
+    def serve_forever(self):
+        self.start()
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+        signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
+        try:
+            while not self.stopping.wait(1.0):
+                pass
+        finally:
+            self.stop()

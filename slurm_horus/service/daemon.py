@@ -1,0 +1,256 @@
+"""horusd's brain: cluster state in memory, a ledger of its own decisions, the placement core.
+
+The decision path reads memory only: a background thread re-reads ``sinfo --json`` and
+``squeue --json`` every ``refresh_s`` and swaps in a new :class:`ClusterState`; each decision runs
+the configured policy of the placement core (the very code the simulator measures) on that state
+and records itself in the **ledger**, so that a burst of submissions between two refreshes does not
+pile onto one GPU. A ledger entry lives until squeue shows the job that carries its ``horus:<id>``
+token in admin_comment (or until it expires: the job may have been rejected by Slurm).
+
+Job classes: from the hints (``HORUS_CLASS``, or ``HORUS_MODEL`` + ``HORUS_BATCH_SIZE``), the
+request's ``job_class`` (horus-sbatch), or ``class=NAME`` in the job comment. A job of unknown
+class runs exclusive unless ``share_unknown`` says otherwise.
+"""
+
+import logging
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from ..placement.framework import SchedulingContext
+from ..placement.request import JobRequest
+from ..placement.state import ClassIndex, ClusterState, RunningJob
+from .lua_twin import gpu_request
+
+log = logging.getLogger("horusd")
+
+UNKNOWN_CLASS = "unknown"
+RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
+_TOKEN = re.compile(r"horus:([A-Za-z0-9_-]+):")
+_CLASS_IN_COMMENT = re.compile(r"(?:^|[\s,;])(?:horus_)?class=([A-Za-z0-9_.\-]+)")
+_SAFE_CLASS = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_GPU_TYPE_FEATURE = re.compile(r"^(?:gpu_)?([a-z]+[0-9]+[a-z0-9]*)$")
+
+
+def job_class_of(message):
+    """The job class a request names, or UNKNOWN_CLASS."""
+    hints = message.get("hints") or {}
+    name = hints.get("HORUS_CLASS") or message.get("job_class")
+    if not name and hints.get("HORUS_MODEL"):
+        name = str(hints["HORUS_MODEL"]).lower()
+        if hints.get("HORUS_BATCH_SIZE"):
+            name += f"-bs{hints['HORUS_BATCH_SIZE']}"
+    if not name:
+        found = _CLASS_IN_COMMENT.search(message.get("comment") or "")
+        name = found.group(1) if found else None
+    if not name or not _SAFE_CLASS.match(str(name)):
+        return UNKNOWN_CLASS
+    return str(name)
+
+
+@dataclass
+class LedgerEntry:
+    decision_id: str
+    job: RunningJob
+    expires: float
+
+
+@dataclass
+class Snapshot:
+    """What one refresh read from Slurm (already parsed)."""
+
+    nodes: list  # slurm.parse.NodeInfo
+    jobs: list  # slurm.parse.QueueJob
+    taken_at: float
+    features: Dict[str, str] = field(default_factory=dict)  # node -> gpu type from its features
+
+
+def node_gpu_count(node):
+    return sum(item.count for item in node.gres if item.name == "gpu")
+
+
+def node_usable(node):
+    state = (node.state or "").lower()
+    flags = {f.upper() for f in node.state_flags}
+    return state not in ("down", "drained", "draining", "drain", "fail", "future", "unknown") and \
+        not flags & {"DRAIN", "DOWN", "FAIL", "NOT_RESPONDING"}
+
+
+class Placer:
+    """Turns place requests into decisions and keeps the ledger. Thread-safe."""
+
+    def __init__(self, policy, binding="indexed", gpu_type="v100", gpu_memory_mb: Callable[[str], float] = None,
+                 max_jobs_per_gpu=2, share_unknown=False, slowdown_limit=1.5, ledger_ttl_s=60.0,
+                 clock=time.time, known_classes=()):
+        self.policy = policy
+        self.binding = binding
+        self.default_gpu_type = gpu_type
+        self.gpu_memory_mb = gpu_memory_mb or (lambda _t: 16384.0)
+        self.max_jobs_per_gpu = max_jobs_per_gpu
+        self.share_unknown = share_unknown
+        self.slowdown_limit = slowdown_limit
+        self.ledger_ttl_s = ledger_ttl_s
+        self.clock = clock
+        self.classes = ClassIndex(known_classes)
+        self.known_classes = set(known_classes)
+        self.lock = threading.Lock()
+        self.ledger: Dict[str, LedgerEntry] = {}
+        self.state: Optional[ClusterState] = None
+        self.snapshot_time = 0.0
+        self.pending_jobs = 0
+        self.decisions = 0
+
+    # ---- state ----------------------------------------------------------------------------------
+    def load_snapshot(self, snapshot: Snapshot):
+        """Build a fresh ClusterState from Slurm's view plus the still-unseen ledger entries."""
+        state = ClusterState(max_jobs_per_gpu=self.max_jobs_per_gpu, classes=self.classes)
+        for node in snapshot.nodes:
+            count = node_gpu_count(node)
+            if count == 0 or not node_usable(node):
+                continue
+            gpu_type = snapshot.features.get(node.name) or self.default_gpu_type
+            state.add_node(node.name, gpu_type, count, self.gpu_memory_mb(gpu_type), node.partitions or ("default",))
+        state.build()
+        seen_tokens = set()
+        pending = 0
+        for job in snapshot.jobs:
+            token = _TOKEN.search(job.admin_comment or "")
+            if token:
+                seen_tokens.add(token.group(1))
+            if job.state == "PENDING":
+                pending += 1
+            if job.state not in RUNNING_STATES:
+                continue
+            running = self._running_job_from_queue(state, job, snapshot.taken_at)
+            if running is not None:
+                state.place(running)
+        with self.lock:
+            now = self.clock()
+            for decision_id in list(self.ledger):
+                entry = self.ledger[decision_id]
+                if decision_id in seen_tokens or entry.expires < now:
+                    del self.ledger[decision_id]
+                    continue
+                if all(g < state.n_gpus for g in entry.job.gpus):
+                    state.place(RunningJob(**{**entry.job.__dict__, "class_id": -1}))
+            self.state = state
+            self.snapshot_time = snapshot.taken_at
+            self.pending_jobs = pending
+
+    def _running_job_from_queue(self, state, job, now):
+        gpus = []
+        for node_name, items in job.gres_by_node():
+            node_id = state.node_ids.get(node_name)
+            if node_id is None:
+                continue
+            node = state.nodes[node_id]
+            for item in items:
+                if item.name in ("gpu", "shard") and item.count > 0:
+                    gpus.extend(node.first_gpu + i for i in item.indices if i < node.n_gpus)
+        if not gpus:
+            return None
+        holds_whole_gpu = any(item.name == "gpu" and item.count > 0 for _n, items in job.gres_by_node() for item in items)
+        decision = _TOKEN.search(job.admin_comment or "")
+        job_class = self._class_of_running(job, decision.group(1) if decision else None)
+        end = float(job.end_time) if job.end_time else now + 3600.0
+        return RunningJob(str(job.job_id), job_class, tuple(sorted(set(gpus))), float(job.start_time or now),
+                          end, exclusive=holds_whole_gpu, user=job.user, partition=job.partition)
+
+    def _class_of_running(self, job, decision_id):
+        token_class = re.search(r"horus:[A-Za-z0-9_-]+:[a-z]+:[0-9.]+:([A-Za-z0-9_.\-]+)", job.admin_comment or "")
+        if token_class:
+            return token_class.group(1)
+        return job_class_of({"comment": job.comment})
+
+    # ---- decisions ------------------------------------------------------------------------------
+    def state_age(self):
+        return max(0.0, self.clock() - self.snapshot_time) if self.snapshot_time else float("inf")
+
+    def place(self, message, record=True):
+        """Decide for one request; returns the reply dict (see protocol.py)."""
+        request, why = gpu_request({k: message.get(k) for k in
+                                    ("tres_per_node", "tres_per_job", "tres_per_task", "min_nodes", "num_tasks")}
+                                   if "gpus_per_node" not in message else {})
+        if "gpus_per_node" in message:
+            request = {"gpus_per_node": int(message["gpus_per_node"]), "nodes": int(message.get("num_nodes") or 1)}
+        if request is None or request["gpus_per_node"] < 1:
+            return unchanged(why or "no gpu requested")
+        job_class = job_class_of(message)
+        may_share = job_class != UNKNOWN_CLASS or self.share_unknown
+        with self.lock:
+            state = self.state
+            if state is None:
+                return unchanged("no cluster state yet")
+            decision_id = "h" + uuid.uuid4().hex[:10]
+            time_limit = message.get("time_limit_min")
+            req = JobRequest(
+                job_id=decision_id, job_class=job_class, gpus_per_node=request["gpus_per_node"],
+                nodes=request["nodes"], partition=message.get("partition") or "",
+                time_limit=float(time_limit) * 60 if time_limit else None,
+                user=str(message.get("user") or ""), submit_time=self.clock(),
+                # only typed shards let a second job join a GPU; indexed/node bindings hold whole GPUs
+                exclusive=not may_share or self.binding != "shard",
+            )
+            if req.partition and "," in req.partition:
+                first, *rest = [p for p in req.partition.split(",") if p]
+                req.partition, req.extra_partitions = first, tuple(rest)
+            ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
+                                    waiting_gpus=req.n_gpus)
+            decision = self.policy.decide(state, req, ctx, explain=bool(message.get("explain")))
+            if not decision.placed:
+                return unchanged(decision.reason, candidates=decision.to_dict()["candidates"])
+            if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
+                return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
+            reply = self._reply(decision, req, job_class, decision_id)
+            if record and not message.get("dry_run"):
+                running = self.policy.running_job(req, decision, self.clock())
+                running.exclusive = not reply["mode"] == "shared" and reply["binding"] != "node"
+                state.place(running)
+                self.ledger[decision_id] = LedgerEntry(decision_id, running, self.clock() + self.ledger_ttl_s)
+                self.decisions += 1
+            return reply
+
+    def _reply(self, decision, req, job_class, decision_id):
+        node_gpus = decision.gpus
+        index_sets = {tuple(sorted(v)) for v in node_gpus.values()}
+        binding = self.binding
+        if binding == "shard" and (req.n_gpus > 1 or req.exclusive):
+            binding_used = "indexed"  # multi-GPU and exclusive jobs hold whole GPUs
+        else:
+            binding_used = binding
+        if binding_used in ("indexed", "shard") and len(index_sets) > 1:
+            binding_used = "node"  # one tres_per_node string cannot name different GPUs per node
+        indices = sorted(next(iter(index_sets)))
+        if binding_used == "shard":
+            tres = ",".join(f"gres:shard:g{i}:1" for i in indices)
+        elif binding_used == "indexed":
+            tres = ",".join(f"gres:gpu:g{i}:1" for i in indices)
+        else:
+            tres = f"gres:gpu:{req.gpus_per_node}"
+        mode = "shared" if binding_used == "shard" or decision.shared else "exclusive"
+        partition = ""
+        if req.extra_partitions and self.state is not None:
+            node = self.state.nodes[self.state.node_ids[decision.nodes[0]]]
+            if req.partition not in node.partitions:
+                partition = next(p for p in req.extra_partitions if p in node.partitions)
+        return {
+            "ok": True, "action": "place", "id": decision_id, "decision_id": decision_id,
+            "nodes": ",".join(decision.nodes), "gpus": node_gpus, "tres": tres, "gres": tres,
+            "binding": binding_used, "mode": mode, "class": job_class,
+            "slowdown": round(decision.predicted_slowdown, 3),
+            "predicted_slowdown": round(decision.predicted_slowdown, 3),
+            "corunner_slowdowns": {k: round(1.0 / v, 3) if v > 0 else None
+                                   for k, v in decision.corunner_norm_tput.items()},
+            "reason": decision.reason, "policy": decision.policy, "partition": partition or None,
+            "age": round(self.state_age(), 3),
+            "candidates": decision.to_dict()["candidates"],
+        }
+
+
+def unchanged(reason, **extra):
+    reply = {"ok": True, "action": "unchanged", "reason": reason}
+    reply.update(extra)
+    return reply

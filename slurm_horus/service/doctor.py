@@ -1,0 +1,123 @@
+"""``horus doctor``: read a site's Slurm and horus setup and say what would stop slurm-horus working.
+
+Each check returns (level, message) pairs; ``error`` means slurm-horus cannot place jobs as
+configured, ``warning`` means it works but not as well as it could.
+"""
+
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from . import protocol
+
+
+def read_slurm_conf(path):
+    """slurm.conf as {lower-case key: value} (the last occurrence wins; NodeName lines kept as a list)."""
+    values, nodes = {}, []
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        if key.strip().lower() == "nodename":
+            nodes.append(line)
+        values[key.strip().lower()] = value.strip().split()[0] if value.strip() else ""
+    values["__nodes__"] = nodes
+    return values
+
+
+def _check_slurm_conf(conf, binding):
+    problems = []
+    if "lua" not in conf.get("jobsubmitplugins", "").lower():
+        problems.append(("error", "slurm.conf: JobSubmitPlugins does not include lua (job_submit.lua is not called)"))
+    if conf.get("selecttype", "") != "select/cons_tres":
+        problems.append(("error", "slurm.conf: SelectType must be select/cons_tres for GPU placement"))
+    gres_types = conf.get("grestypes", "").lower().split(",")
+    if "gpu" not in gres_types:
+        problems.append(("error", "slurm.conf: GresTypes does not include gpu"))
+    if binding == "shard" and "shard" not in gres_types:
+        problems.append(("error", "slurm.conf: binding 'shard' needs GresTypes=...,shard"))
+    if not any(k in conf for k in ("defmempercpu", "defmempergpu", "defmempernode")):
+        problems.append(("warning", "slurm.conf: no DefMemPerCPU/DefMemPerGPU: a job without --mem takes the "
+                                    "whole node's memory and no job can share its node"))
+    tres = conf.get("accountingstoragetres", "")
+    if binding in ("indexed", "shard") and "gres/gpu:g0" not in tres:
+        problems.append(("warning", "slurm.conf: AccountingStorageTRES lacks gres/gpu:g0..: sacct will not "
+                                    "record which GPU index a job held"))
+    return problems
+
+
+def _check_gres_conf(path, binding):
+    if not path.exists():
+        return [("warning", f"{path} not found")]
+    text = path.read_text()
+    problems = []
+    if binding in ("indexed", "shard"):
+        if re.search(r"(?im)^\s*autodetect\s*=\s*nvml", text):
+            problems.append(("error", f"{path}: AutoDetect=nvml forces Types to model names; binding "
+                                      f"'{binding}' needs one Type per GPU (g0..gN) with AutoDetect=off, "
+                                      "or use binding 'node'"))
+        if not re.search(r"(?i)type\s*=\s*g0\b", text):
+            problems.append(("error", f"{path}: no GPU of Type g0: binding '{binding}' needs per-GPU types g0..gN"))
+    if binding == "shard" and not re.search(r"(?im)name\s*=\s*shard", text):
+        problems.append(("error", f"{path}: binding 'shard' needs Name=shard lines"))
+    return problems
+
+
+def _check_lua(path):
+    if not path.exists():
+        return [("error", f"{path} not found: copy job_submit_lua/job_submit.lua beside slurm.conf")]
+    problems = []
+    if "slurm-horus" not in path.read_text(errors="replace"):
+        problems.append(("warning", f"{path} is not slurm-horus's job_submit.lua"))
+    luac = shutil.which("luac5.1")
+    if luac:
+        result = subprocess.run([luac, "-p", str(path)], capture_output=True, text=True)
+        if result.returncode != 0:
+            problems.append(("error", f"{path} does not compile (slurmctld would refuse to start): "
+                                      f"{result.stderr.strip()}"))
+    return problems
+
+
+def _check_socket(config, slurm_user):
+    path = config.socket
+    if not os.path.exists(path):
+        return [("error", f"{path}: horusd socket not found (is horusd running?)")]
+    info = os.stat(path)
+    problems = []
+    if not stat.S_ISSOCK(info.st_mode):
+        problems.append(("error", f"{path} is not a socket"))
+    if info.st_mode & 0o077:
+        problems.append(("error", f"{path}: controller socket is accessible to others (mode "
+                                  f"{oct(info.st_mode & 0o777)}); horusd sets 0600"))
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    if slurm_user and owner != slurm_user:
+        problems.append(("warning", f"{path} is owned by {owner}, not SlurmUser {slurm_user}: "
+                                    "job_submit.lua inside slurmctld cannot connect"))
+    reply = protocol.ask({"op": "ping"}, path, timeout_s=max(config.timeout_ms / 1000, 0.5))
+    if reply is None:
+        problems.append(("error", f"{path}: horusd did not answer a ping"))
+    elif reply.get("state_age_s", 0) > 60:
+        problems.append(("warning", f"horusd's cluster state is {reply['state_age_s']:.0f} s old"))
+    return problems
+
+
+def run_checks(config, slurm_conf=None):
+    slurm_conf = Path(slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    if not slurm_conf.exists():
+        return [("error", f"{slurm_conf} not found (give --slurm-conf or set SLURM_CONF)")]
+    conf = read_slurm_conf(slurm_conf)
+    problems = _check_slurm_conf(conf, config.binding)
+    problems += _check_gres_conf(slurm_conf.parent / "gres.conf", config.binding)
+    problems += _check_lua(slurm_conf.parent / "job_submit.lua")
+    problems += _check_socket(config, conf.get("slurmuser", "root"))
+    if os.path.exists(config.disable_file):
+        problems.append(("warning", f"kill switch {config.disable_file} exists: job_submit.lua asks nobody"))
+    return problems
