@@ -1,0 +1,267 @@
+"""The placement pipeline: filter → score → select, in the style of the Kubernetes scheduling
+framework (a policy is a few small plugins over a per-decision cycle state) and Slurm's cons_tres
+(feasibility first, then ordering, then a selection strategy, each its own function).
+
+A policy subclasses :class:`Policy` and overrides only what differs:
+
+* ``queue_key(req)``: the queue order (FIFO or shortest-job-first are the two provided);
+* ``filter_gpus(cycle)``: which GPUs may take the job (the shared cons_tres-style feasibility test
+  covers partition, free/shareable, memory, jobs per GPU and predicted OOM);
+* ``score_gpus(cycle)``: one number per feasible GPU, higher is better, ``-inf`` rejects a GPU;
+* ``select(cycle)``: pick GPUs from the scores (first best GPU; for multi-GPU jobs the best nodes,
+  each filled with its best GPUs, preferring one NVLink/PCIe group).
+
+Everything is a numpy vector over the feasible GPUs; the per-GPU arrays of :class:`ClusterState`
+make each decision O(number of GPUs) in C, not in Python.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .pairs import PairTable
+from .request import Candidate, Decision, JobRequest
+from .state import ClusterState, RunningJob
+
+NEG_INF = -np.inf
+
+
+@dataclass
+class SchedulingContext:
+    """What the caller knows beyond the cluster: the clock and the queue."""
+
+    now: float = 0.0
+    n_waiting: int = 0  # jobs waiting, this one included
+    waiting_gpus: int = 0  # GPUs those jobs ask for
+    extra: Dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class Cycle:
+    """Per-decision scratch state shared by the plugins (the framework's CycleState)."""
+
+    state: ClusterState
+    req: JobRequest
+    ctx: SchedulingContext
+    class_id: int
+    idx: np.ndarray = None  # feasible GPU ids
+    free: np.ndarray = None  # bool per idx: nobody there
+    resident: np.ndarray = None  # class id of the first resident per idx (-1 when free)
+    job_tput: np.ndarray = None  # predicted normalized throughput of the new job per idx
+    res_tput: np.ndarray = None  # predicted throughput the resident keeps once joined
+    score: np.ndarray = None
+    notes: Dict[str, object] = field(default_factory=dict)
+
+
+class Policy:
+    """Base policy: FIFO, exclusive, first fit (override the plugins to change any of it)."""
+
+    name = "base"
+    share = False  # may a job join a GPU that already runs something
+    max_jobs_per_gpu = 2  # with sharing: at most this many jobs on one GPU
+    lending = False  # may jobs use GPUs of their ``extra_partitions``
+    comm_penalty = 0.05  # score lost per extra NVLink/PCIe group a multi-GPU job spans
+
+    def __init__(self, pairs: Optional[PairTable] = None, **options):
+        self.pairs = pairs
+        for key, value in options.items():
+            if not hasattr(self, key):
+                raise ValueError(f"policy {self.name}: unknown option {key!r}")
+            setattr(self, key, value)
+
+    # ---- queue order ----------------------------------------------------------------------------
+    def queue_key(self, req: JobRequest):
+        """Sort key of the waiting queue (smaller first). FIFO by submission."""
+        return (req.submit_time, req.job_id)
+
+    def order(self, queue: Sequence[JobRequest]) -> List[JobRequest]:
+        return sorted(queue, key=self.queue_key)
+
+    # ---- learning -------------------------------------------------------------------------------
+    def observe(self, gpu_type: str, target: str, corunner: str, norm_tput: float):
+        """A pair was measured on the cluster (finished jobs, NVML): refine the predictions."""
+        if self.pairs is not None:
+            self.pairs.observe(gpu_type, target, corunner, norm_tput)
+
+    def reclaim(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> List[str]:
+        """Running jobs to preempt so that ``req`` can start (none by default)."""
+        return []
+
+    # ---- filter ---------------------------------------------------------------------------------
+    def partitions_of(self, req: JobRequest) -> Sequence[str]:
+        parts = [req.partition] if req.partition else []
+        if self.lending and req.extra_partitions:
+            parts += list(req.extra_partitions)
+        return parts
+
+    def filter_gpus(self, cycle: Cycle) -> np.ndarray:
+        """cons_tres-style feasibility: a bool mask over all GPUs."""
+        state, req = cycle.state, cycle.req
+        njobs = state.gpu_njobs
+        parts = self.partitions_of(req)
+        if parts:
+            mask = np.zeros(state.n_gpus, dtype=bool)
+            for p in parts:
+                pm = state.partition_mask.get(p)
+                if pm is not None:
+                    mask |= pm
+        else:
+            mask = np.ones(state.n_gpus, dtype=bool)
+        ok = njobs == 0
+        if req.mem_mb > 0:
+            ok &= state.gpu_mem_total >= req.mem_mb
+        if self.share and not req.exclusive:
+            limit = min(state.max_jobs_per_gpu, self.max_jobs_per_gpu)
+            if limit > 1:
+                shareable = (njobs > 0) & (njobs < limit) & ~state.gpu_exclusive
+                if req.mem_mb > 0:
+                    shareable &= state.gpu_mem_used + req.mem_mb <= state.gpu_mem_total
+                ok |= shareable
+        return mask & ok
+
+    def _fill_predictions(self, cycle: Cycle):
+        state, idx = cycle.state, cycle.idx
+        resident = state.gpu_class0[idx]
+        free = resident < 0
+        cycle.free, cycle.resident = free, resident
+        job_tput = np.ones(len(idx))
+        res_tput = np.ones(len(idx))
+        if self.pairs is not None and not free.all():
+            shared = ~free
+            rs = resident[shared]
+            types = state.gpu_type_id[idx[shared]]
+            jt = np.empty(len(rs))
+            rt = np.empty(len(rs))
+            for t in np.unique(types):
+                mat = self.pairs.matrix(state.gpu_types[t])
+                sel = types == t
+                jt[sel] = mat[cycle.class_id, rs[sel]]
+                rt[sel] = mat[rs[sel], cycle.class_id]
+            job_tput[shared] = jt
+            res_tput[shared] = rt
+        elif not free.all():
+            # no model: sharing is a blind guess of half speed each
+            job_tput[~free] = 0.5
+            res_tput[~free] = 0.5
+        cycle.job_tput, cycle.res_tput = job_tput, res_tput
+
+    # ---- score ----------------------------------------------------------------------------------
+    def score_gpus(self, cycle: Cycle) -> np.ndarray:
+        """Higher is better; equal scores keep GPU order, so the default is first fit."""
+        return np.zeros(len(cycle.idx))
+
+    # ---- select ---------------------------------------------------------------------------------
+    def select(self, cycle: Cycle) -> Optional[np.ndarray]:
+        """Positions in ``cycle.idx`` of the chosen GPUs, or None to wait."""
+        req = cycle.req
+        score = cycle.score
+        if req.n_gpus == 1:
+            if len(score) == 0:
+                return None
+            best = int(np.argmax(score))
+            return None if score[best] == NEG_INF else np.array([best])
+        return self._select_multi(cycle)
+
+    def _select_multi(self, cycle: Cycle) -> Optional[np.ndarray]:
+        state, req = cycle.state, cycle.req
+        k = req.gpus_per_node
+        n = state.n_gpus
+        full = np.full(n + 1, NEG_INF)  # last slot: padding of short nodes
+        full[cycle.idx] = cycle.score
+        pos_of = np.full(n + 1, -1, dtype=np.int64)
+        pos_of[cycle.idx] = np.arange(len(cycle.idx))
+        table = state.node_gpu_table
+        if k > table.shape[1]:
+            return None
+        padded = np.where(table >= 0, table, n)
+        node_scores = full[padded]
+        order = np.argsort(-node_scores, axis=1, kind="stable")[:, :k]
+        top = np.take_along_axis(node_scores, order, axis=1)
+        usable = (top > NEG_INF).all(axis=1)
+        if usable.sum() < req.nodes:
+            return None
+        chosen_gpus = np.take_along_axis(padded, order, axis=1)
+        groups = np.sort(np.where(chosen_gpus < n, state.gpu_group[np.minimum(chosen_gpus, n - 1)], -1), axis=1)
+        spans = 1 + (np.diff(groups, axis=1) != 0).sum(axis=1) if k > 1 else np.ones(len(groups))
+        node_value = np.where(usable, top.min(axis=1) + top.mean(axis=1) - self.comm_penalty * (spans - 1),
+                              NEG_INF)
+        if req.nodes > 1:
+            node_value = node_value - self.comm_penalty  # crossing the network costs more than a switch
+        best_nodes = np.argsort(-node_value, kind="stable")[:req.nodes]
+        return pos_of[chosen_gpus[best_nodes].ravel()]
+
+    # ---- the pipeline ---------------------------------------------------------------------------
+    def decide(self, state: ClusterState, req: JobRequest, ctx: Optional[SchedulingContext] = None,
+               explain: bool = False) -> Decision:
+        state.build()
+        ctx = ctx or SchedulingContext()
+        cycle = Cycle(state, req, ctx, state.classes.id(req.job_class))
+        mask = self.filter_gpus(cycle)
+        cycle.idx = np.flatnonzero(mask)
+        if len(cycle.idx) < req.n_gpus:
+            return Decision(req.job_id, False, self.name, reason="not enough free or shareable GPUs")
+        self._fill_predictions(cycle)
+        # a predicted 0 means the pair cannot run together (memory): never a candidate
+        cycle.score = np.where(cycle.job_tput > 0, self.score_gpus(cycle), NEG_INF)
+        chosen = self.select(cycle)
+        cands = self._candidates(cycle) if explain else []
+        if chosen is None:
+            reason = cycle.notes.get("wait_reason", "no GPU qualifies under this policy")
+            return Decision(req.job_id, False, self.name, reason=str(reason), candidates=cands)
+        return self._decision(cycle, chosen, cands)
+
+    def _decision(self, cycle: Cycle, chosen: np.ndarray, cands: List[Candidate]) -> Decision:
+        state, req = cycle.state, cycle.req
+        gpu_ids = tuple(int(g) for g in cycle.idx[chosen])
+        gpus: Dict[str, List[int]] = {}
+        corunners: Dict[str, float] = {}
+        shared = False
+        job_tput = 1.0
+        for pos, g in zip(chosen, gpu_ids):
+            node = state.nodes[state.gpu_node[g]].name
+            gpus.setdefault(node, []).append(int(state.gpu_index[g]))
+            if not cycle.free[pos]:
+                shared = True
+                job_tput = min(job_tput, float(cycle.job_tput[pos]))
+                for other in state.gpu_jobs[g]:
+                    corunners[other] = min(corunners.get(other, 1.0), float(cycle.res_tput[pos]))
+        reason = cycle.notes.get("reason") or ("shared" if shared else "exclusive")
+        return Decision(req.job_id, True, self.name, nodes=list(gpus), gpus=gpus, gpu_ids=gpu_ids,
+                        shared=shared, predicted_norm_tput=job_tput,
+                        predicted_slowdown=(1.0 / job_tput) if job_tput > 0 else math.inf,
+                        corunner_norm_tput=corunners, reason=str(reason), candidates=cands)
+
+    def _candidates(self, cycle: Cycle, limit: int = 8) -> List[Candidate]:
+        if cycle.score is None or len(cycle.idx) == 0:
+            return []
+        top = np.argsort(-cycle.score, kind="stable")[:limit]
+        out = []
+        for pos in top:
+            g = int(cycle.idx[pos])
+            resident = int(cycle.resident[pos])
+            note = "free" if resident < 0 else f"with {cycle.state.classes.names[resident]}"
+            out.append(Candidate(cycle.state.gpu_label(g), float(cycle.score[pos]), resident >= 0,
+                                 float(cycle.job_tput[pos]), note))
+        return out
+
+    # ---- applying a decision --------------------------------------------------------------------
+    def running_job(self, req: JobRequest, decision: Decision, now: float) -> RunningJob:
+        """The RunningJob record for a placed decision (expected end from the predictions)."""
+        tput = decision.predicted_norm_tput if decision.predicted_norm_tput > 0 else 1.0
+        return RunningJob(req.job_id, req.job_class, decision.gpu_ids, now,
+                          now + req.expected_duration() / tput, exclusive=req.exclusive,
+                          mem_mb=req.mem_mb, user=req.user, partition=req.partition)
+
+
+class SJFMixin:
+    """Shortest (predicted) job first; ties by submission."""
+
+    def queue_key(self, req: JobRequest):
+        return (req.expected_duration(), req.submit_time, req.job_id)
+
+
+def pressure(cycle: Cycle) -> bool:
+    """More GPUs wanted by the queue than free: a free GPU is worth keeping for someone else."""
+    return cycle.ctx.waiting_gpus > cycle.state.n_free

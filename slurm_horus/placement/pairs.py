@@ -1,0 +1,88 @@
+"""Pair predictions as dense per-GPU-type matrices, refreshed by what is observed during the run.
+
+``PairTable.matrix(gpu_type)[a, b]`` is the predicted normalized throughput of class ``a`` sharing a
+GPU with class ``b``. Rows are filled lazily from a Predictor (one vectorized ``predict_pairs`` call
+per new class), so the decision path never calls the model. ``observe()`` records a measured pair:
+from then on the running mean of what was seen replaces the model's answer for that pair, which is
+how a policy learns the cluster it runs on.
+"""
+
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..interference.base import Predictor
+from .state import ClassIndex
+
+
+def _predict_block(predictor: Predictor, targets: Sequence[str], corunners: Sequence[str],
+                   gpu_type: str) -> np.ndarray:
+    try:
+        out = predictor.predict_pairs(list(targets), list(corunners), gpu_type)
+        return np.clip(np.asarray(out, dtype=np.float64), 0.0, 1.5)
+    except NotImplementedError:
+        return np.array([predictor.predict(t, [c], gpu_type) for t, c in zip(targets, corunners)],
+                        dtype=np.float64)
+
+
+class PairTable:
+    """Predicted pair throughputs for the classes seen so far, per GPU type."""
+
+    def __init__(self, predictor: Predictor, classes: ClassIndex, learn: bool = True):
+        self.predictor = predictor
+        self.classes = classes
+        self.learn = learn
+        self._mats: Dict[str, np.ndarray] = {}
+        self._filled: Dict[str, int] = {}
+        self._observed: Dict[Tuple[str, int, int], Tuple[float, int]] = {}
+        self.n_observations = 0
+
+    def matrix(self, gpu_type: str) -> np.ndarray:
+        """The (n_classes × n_classes) matrix for ``gpu_type``; grows when new classes appear."""
+        n = len(self.classes)
+        filled = self._filled.get(gpu_type, 0)
+        if filled < n:
+            self._grow(gpu_type, filled, n)
+        return self._mats[gpu_type]
+
+    def _grow(self, gpu_type: str, old: int, n: int):
+        mat = np.zeros((n, n))
+        if old:
+            mat[:old, :old] = self._mats[gpu_type][:old, :old]
+        names = self.classes.names[:n]
+        # every pair touching a new class: new rows fully, new columns of old rows
+        ta, tb = [], []
+        for a in range(n):
+            for b in range(n):
+                if a >= old or b >= old:
+                    ta.append(a)
+                    tb.append(b)
+        values = _predict_block(self.predictor, [names[a] for a in ta], [names[b] for b in tb], gpu_type)
+        mat[np.array(ta), np.array(tb)] = values
+        for (t, a, b), (mean, _count) in self._observed.items():
+            if t == gpu_type and a < n and b < n:
+                mat[a, b] = mean
+        self._mats[gpu_type] = mat
+        self._filled[gpu_type] = n
+
+    def tput(self, gpu_type: str, target: str, corunner: str) -> float:
+        a, b = self.classes.id(target), self.classes.id(corunner)
+        return float(self.matrix(gpu_type)[a, b])
+
+    def observe(self, gpu_type: str, target: str, corunner: str, norm_tput: float):
+        """A pair was measured: ``target`` kept ``norm_tput`` of its solo speed next to ``corunner``."""
+        if not self.learn:
+            return
+        a, b = self.classes.id(target), self.classes.id(corunner)
+        key = (gpu_type, a, b)
+        mean, count = self._observed.get(key, (0.0, 0))
+        mean = (mean * count + float(norm_tput)) / (count + 1)
+        self._observed[key] = (mean, count + 1)
+        self.n_observations += 1
+        mat = self.matrix(gpu_type)
+        mat[a, b] = mean
+
+    def observed(self, gpu_type: str, target: str, corunner: str) -> Optional[float]:
+        a, b = self.classes.id(target), self.classes.id(corunner)
+        found = self._observed.get((gpu_type, a, b))
+        return None if found is None else found[0]

@@ -1,0 +1,49 @@
+"""horus: the slurm-horus flagship and the live default.
+
+Source: this project, combining the rules measured best in the simulator: the SJF queue order of
+SJF-BSBF (arXiv 2407.13088), the benefit-aware pairing of Horus (TPDS 2022) and Gavel's observation
+that a well-chosen pair does more than one job's worth of work per GPU. Rule, per job in queue order:
+
+* while free GPUs outnumber what the queue asks for, take a free GPU (exclusive is fastest per job);
+* under pressure, join the running job that maximizes the predicted *combined* normalized
+  throughput of the pair, provided it is at least ``min_combined`` and neither job falls under
+  ``min_tput``; a free GPU counts as a combined throughput of 1.0, so it is used only when no pair
+  is worth more; when neither exists the job waits (a better partner or a free GPU will come);
+* every pair observed while it runs replaces the model's prediction for that pair (learning).
+
+Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independent choices.
+"""
+
+import numpy as np
+
+from ..framework import NEG_INF, Policy, pressure
+
+
+class Horus(Policy):
+    name = "horus"
+    share = True
+    max_jobs_per_gpu = 2
+    min_combined = 1.05
+    min_tput = 0.35
+    order_rule = "sjf"
+
+    def queue_key(self, req):
+        if self.order_rule == "fifo":
+            return (req.submit_time, req.job_id)
+        return (req.expected_duration(), req.submit_time, req.job_id)
+
+    def score_gpus(self, cycle):
+        free = cycle.free
+        score = np.full(len(cycle.idx), NEG_INF)
+        busy = pressure(cycle)
+        score[free] = 1.0 if busy else 1e9
+        if busy and not free.all():
+            shared = ~free
+            jt, rt = cycle.job_tput[shared], cycle.res_tput[shared]
+            combined = jt + rt
+            ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
+            score[shared] = np.where(ok, combined, NEG_INF)
+            cycle.notes["reason"] = "pressure: best predicted pair"
+        if not free.any() and not np.isfinite(score).any():
+            cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
+        return score

@@ -1,0 +1,79 @@
+"""What is asked (JobRequest) and what is answered (Decision)."""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+
+@dataclass
+class JobRequest:
+    """A job waiting for GPUs, as the scheduler sees it at submission."""
+
+    job_id: str
+    job_class: str
+    gpus_per_node: int = 1
+    nodes: int = 1
+    mem_mb: float = 0.0  # per GPU; 0 = unknown (memory is then not checked)
+    partition: str = ""  # "" = any partition
+    time_limit: Optional[float] = None  # seconds
+    predicted_duration: Optional[float] = None  # seconds alone on a GPU
+    user: str = ""
+    submit_time: float = 0.0
+    exclusive: bool = False  # the user asked for whole GPUs
+    extra_partitions: Tuple[str, ...] = ()  # partitions it may borrow from (DeepBoot lending)
+
+    @property
+    def n_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    def expected_duration(self, default: float = 3600.0) -> float:
+        """Best guess of the run time alone: prediction, else time limit, else ``default``."""
+        if self.predicted_duration is not None and self.predicted_duration > 0:
+            return float(self.predicted_duration)
+        if self.time_limit is not None and self.time_limit > 0:
+            return float(self.time_limit)
+        return default
+
+
+@dataclass
+class Candidate:
+    """One placement that was considered (for ``--explain``)."""
+
+    where: str  # "node:gpu0,gpu1"
+    score: float
+    shared: bool
+    job_tput: float
+    note: str = ""
+
+
+@dataclass
+class Decision:
+    """The answer for one JobRequest. ``placed`` False means: keep waiting (``reason`` says why)."""
+
+    job_id: str
+    placed: bool
+    policy: str = ""
+    nodes: List[str] = field(default_factory=list)
+    gpus: Dict[str, List[int]] = field(default_factory=dict)  # node -> GPU indices
+    gpu_ids: Tuple[int, ...] = ()  # flat ids in the ClusterState
+    shared: bool = False
+    predicted_norm_tput: float = 1.0  # of the job itself
+    predicted_slowdown: float = 1.0
+    corunner_norm_tput: Dict[str, float] = field(default_factory=dict)  # job_id -> its tput after
+    reason: str = ""
+    candidates: List[Candidate] = field(default_factory=list)
+
+    @property
+    def exclusive(self) -> bool:
+        return self.placed and not self.shared
+
+    def to_dict(self) -> dict:
+        return {
+            "job_id": self.job_id, "placed": self.placed, "policy": self.policy,
+            "nodes": list(self.nodes), "gpus": {k: list(v) for k, v in self.gpus.items()},
+            "shared": self.shared, "predicted_norm_tput": round(self.predicted_norm_tput, 4),
+            "predicted_slowdown": round(self.predicted_slowdown, 4),
+            "corunner_norm_tput": {k: round(v, 4) for k, v in self.corunner_norm_tput.items()},
+            "reason": self.reason,
+            "candidates": [{"where": c.where, "score": round(c.score, 4), "shared": c.shared,
+                            "job_tput": round(c.job_tput, 4), "note": c.note} for c in self.candidates],
+        }

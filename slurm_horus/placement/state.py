@@ -1,0 +1,254 @@
+"""ClusterState: nodes, GPUs and the jobs running on each GPU, kept as flat numpy arrays.
+
+Every GPU of the cluster has one flat id ``g`` (0..n_gpus-1). Per-GPU facts live in parallel numpy
+arrays so that a placement decision is a handful of vector operations over the whole cluster instead
+of a Python loop over nodes: that is what keeps decisions well under a millisecond on 8,192 GPUs.
+Per-node facts are kept in a padded ``node × max_gpus`` table of GPU ids (``-1`` pads short nodes).
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+class ClassIndex:
+    """Job class names <-> small integer ids (ids grow as new classes are seen)."""
+
+    def __init__(self, names: Sequence[str] = ()):
+        self.names: List[str] = []
+        self.ids: Dict[str, int] = {}
+        for name in names:
+            self.id(name)
+
+    def id(self, name: str) -> int:
+        found = self.ids.get(name)
+        if found is None:
+            found = len(self.names)
+            self.ids[name] = found
+            self.names.append(name)
+        return found
+
+    def __len__(self):
+        return len(self.names)
+
+
+@dataclass
+class RunningJob:
+    """A job holding GPUs: what the scheduler knows about it (never its true speed)."""
+
+    job_id: str
+    job_class: str
+    gpus: Tuple[int, ...]  # flat GPU ids
+    start: float
+    expected_end: float
+    exclusive: bool = False  # asked for whole GPUs: nobody may join it
+    mem_mb: float = 0.0  # per GPU
+    user: str = ""
+    partition: str = ""
+    class_id: int = -1
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    gpu_type: str
+    first_gpu: int
+    n_gpus: int
+    partitions: Tuple[str, ...]
+
+
+class ClusterState:
+    """The cluster as the placement core sees it: hardware plus who runs where.
+
+    ``max_jobs_per_gpu`` bounds sharing (1 = exclusive cluster). GPU groups say which GPUs of a node
+    share an NVLink island or PCIe switch: a multi-GPU job inside one group communicates cheaply.
+    """
+
+    def __init__(self, max_jobs_per_gpu: int = 2, classes: Optional[ClassIndex] = None):
+        self.max_jobs_per_gpu = max_jobs_per_gpu
+        self.classes = classes if classes is not None else ClassIndex()
+        self.nodes: List[NodeInfo] = []
+        self.node_ids: Dict[str, int] = {}
+        self.gpu_types: List[str] = []
+        self.partition_names: List[str] = []
+        self.jobs: Dict[str, RunningJob] = {}
+        self._gpu_lists = {k: [] for k in ("node", "index", "type", "mem", "group")}
+        self._node_partitions: List[Tuple[str, ...]] = []
+        self._built = False
+
+    # ---- building -------------------------------------------------------------------------------
+    def add_node(self, name: str, gpu_type: str, n_gpus: int, gpu_memory_mb: float,
+                 partitions: Sequence[str] = ("default",), groups: Optional[Sequence[int]] = None):
+        """Add one node; ``groups[i]`` is the NVLink/PCIe group of GPU ``i`` (default: 2 GPUs per switch)."""
+        if self._built:
+            raise RuntimeError("add nodes before the first placement")
+        if name in self.node_ids:
+            raise ValueError(f"duplicate node {name!r}")
+        gpu_type = gpu_type.lower()
+        if gpu_type not in self.gpu_types:
+            self.gpu_types.append(gpu_type)
+        if groups is None:
+            groups = [i // 2 for i in range(n_gpus)]
+        if len(groups) != n_gpus:
+            raise ValueError(f"node {name}: {len(groups)} groups for {n_gpus} GPUs")
+        node_id = len(self.nodes)
+        first = len(self._gpu_lists["node"])
+        self.nodes.append(NodeInfo(name, gpu_type, first, n_gpus, tuple(partitions)))
+        self.node_ids[name] = node_id
+        for p in partitions:
+            if p not in self.partition_names:
+                self.partition_names.append(p)
+        type_id = self.gpu_types.index(gpu_type)
+        for i in range(n_gpus):
+            self._gpu_lists["node"].append(node_id)
+            self._gpu_lists["index"].append(i)
+            self._gpu_lists["type"].append(type_id)
+            self._gpu_lists["mem"].append(float(gpu_memory_mb))
+            # groups are global ids so that equality across nodes never means "same switch"
+            self._gpu_lists["group"].append(node_id * 1024 + int(groups[i]))
+
+    def build(self):
+        """Freeze the hardware into arrays (called automatically before the first decision)."""
+        if self._built:
+            return
+        lists = self._gpu_lists
+        n = len(lists["node"])
+        self.gpu_node = np.array(lists["node"], dtype=np.int32)
+        self.gpu_index = np.array(lists["index"], dtype=np.int32)
+        self.gpu_type_id = np.array(lists["type"], dtype=np.int32)
+        self.gpu_mem_total = np.array(lists["mem"], dtype=np.float64)
+        self.gpu_group = np.array(lists["group"], dtype=np.int64)
+        self.gpu_mem_used = np.zeros(n)
+        self.gpu_njobs = np.zeros(n, dtype=np.int32)
+        self.gpu_exclusive = np.zeros(n, dtype=bool)
+        # class id of the first resident (-1 when empty); with at most 2 jobs per GPU a new job's
+        # only co-runner is this one, so pair predictions are one fancy-indexing lookup.
+        self.gpu_class0 = np.full(n, -1, dtype=np.int32)
+        self.gpu_end0 = np.zeros(n)  # expected end of the first resident
+        self.gpu_jobs: List[List[str]] = [[] for _ in range(n)]
+        self.partition_mask = {}
+        for p in self.partition_names:
+            mask = np.zeros(n, dtype=bool)
+            for node in self.nodes:
+                if p in node.partitions:
+                    mask[node.first_gpu:node.first_gpu + node.n_gpus] = True
+            self.partition_mask[p] = mask
+        width = max((node.n_gpus for node in self.nodes), default=0)
+        table = np.full((len(self.nodes), max(width, 1)), -1, dtype=np.int64)
+        for k, node in enumerate(self.nodes):
+            table[k, :node.n_gpus] = np.arange(node.first_gpu, node.first_gpu + node.n_gpus)
+        self.node_gpu_table = table
+        self.node_free = np.array([node.n_gpus for node in self.nodes], dtype=np.int32)
+        self.n_free = n
+        self._built = True
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpu_node) if self._built else len(self._gpu_lists["node"])
+
+    # ---- queries --------------------------------------------------------------------------------
+    def gpu_type_of(self, gpu: int) -> str:
+        return self.gpu_types[self.gpu_type_id[gpu]]
+
+    def gpu_label(self, gpu: int) -> str:
+        return f"{self.nodes[self.gpu_node[gpu]].name}:gpu{self.gpu_index[gpu]}"
+
+    def corunners(self, gpu: int, exclude: str = "") -> List[RunningJob]:
+        return [self.jobs[j] for j in self.gpu_jobs[gpu] if j != exclude]
+
+    def busy_gpus(self) -> int:
+        return self.n_gpus - self.n_free
+
+    # ---- mutation -------------------------------------------------------------------------------
+    def place(self, job: RunningJob) -> RunningJob:
+        """Record that ``job`` runs on ``job.gpus``."""
+        self.build()
+        if job.job_id in self.jobs:
+            raise ValueError(f"job {job.job_id} already placed")
+        job.class_id = self.classes.id(job.job_class)
+        self.jobs[job.job_id] = job
+        for g in job.gpus:
+            if self.gpu_njobs[g] == 0:
+                self.gpu_class0[g] = job.class_id
+                self.gpu_end0[g] = job.expected_end
+                self.node_free[self.gpu_node[g]] -= 1
+                self.n_free -= 1
+            self.gpu_njobs[g] += 1
+            self.gpu_mem_used[g] += job.mem_mb
+            if job.exclusive:
+                self.gpu_exclusive[g] = True
+            self.gpu_jobs[g].append(job.job_id)
+        return job
+
+    def release(self, job_id: str) -> RunningJob:
+        """Forget ``job_id`` (finished, failed or preempted) and free its share of its GPUs."""
+        job = self.jobs.pop(job_id)
+        for g in job.gpus:
+            residents = self.gpu_jobs[g]
+            residents.remove(job_id)
+            self.gpu_njobs[g] -= 1
+            self.gpu_mem_used[g] = max(0.0, self.gpu_mem_used[g] - job.mem_mb)
+            if residents:
+                first = self.jobs[residents[0]]
+                self.gpu_class0[g] = first.class_id
+                self.gpu_end0[g] = first.expected_end
+                self.gpu_exclusive[g] = any(self.jobs[j].exclusive for j in residents)
+            else:
+                self.gpu_class0[g] = -1
+                self.gpu_end0[g] = 0.0
+                self.gpu_exclusive[g] = False
+                self.gpu_mem_used[g] = 0.0
+                self.node_free[self.gpu_node[g]] += 1
+                self.n_free += 1
+        return job
+
+
+def parse_cluster_spec(spec: str) -> List[Tuple[int, int, str]]:
+    """``16x4:v100,8x8:a100`` -> [(16, 4, 'v100'), (8, 8, 'a100')] (nodes × GPUs per node : type)."""
+    groups = []
+    for part in spec.replace("+", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            shape, gpu_type = part.split(":", 1)
+            nodes, per_node = shape.lower().split("x", 1)
+            nodes_i, per_node_i = int(nodes), int(per_node)
+        except ValueError:
+            raise ValueError(f"cluster spec {part!r}: expected NODESxGPUS:TYPE, e.g. 16x4:v100") from None
+        if nodes_i <= 0 or per_node_i <= 0 or not gpu_type.strip():
+            raise ValueError(f"cluster spec {part!r}: counts must be positive and the type named")
+        groups.append((nodes_i, per_node_i, gpu_type.strip().lower()))
+    if not groups:
+        raise ValueError("empty cluster spec")
+    return groups
+
+
+@dataclass
+class NodeGroup:
+    """One homogeneous group of a cluster description."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str
+    gpu_memory_mb: float
+    partitions: Tuple[str, ...] = ("default",)
+    prefix: str = ""
+    gpus_per_switch: int = 2
+    extra: Dict[str, str] = field(default_factory=dict)
+
+
+def build_cluster(groups: Sequence[NodeGroup], max_jobs_per_gpu: int = 2,
+                  classes: Optional[ClassIndex] = None) -> ClusterState:
+    """A ClusterState from node groups (node names ``<prefix><type>-<k>``)."""
+    state = ClusterState(max_jobs_per_gpu=max_jobs_per_gpu, classes=classes)
+    for gi, group in enumerate(groups):
+        prefix = group.prefix or f"g{gi}-{group.gpu_type}-"
+        switch = max(1, group.gpus_per_switch)
+        for k in range(group.nodes):
+            state.add_node(f"{prefix}{k}", group.gpu_type, group.gpus_per_node, group.gpu_memory_mb,
+                           partitions=group.partitions,
+                           groups=[i // switch for i in range(group.gpus_per_node)])
+    state.build()
+    return state
