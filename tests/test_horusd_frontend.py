@@ -1,0 +1,113 @@
+"""horusd's socket front: permissions, SO_PEERCRED, malformed input, key=value replies."""
+
+import json
+import logging
+import os
+import pwd
+import socket
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from slurm_horus.service import protocol
+from slurm_horus.service.server import Frontend, authorize
+
+
+@pytest.fixture
+def frontend(tmp_path):
+    seen = []
+
+    def decide(message):
+        seen.append(message)
+        if message.get("op") == "boom":
+            raise RuntimeError("deliberate")
+        return {"ok": True, "action": "unchanged", "reason": "test", "uid": message.get("uid")}
+
+    # a short path: AF_UNIX paths are limited to 108 bytes
+    path = f"/tmp/horus-test-{os.getpid()}-{id(seen)}.sock"
+    front = Frontend(decide, path)
+    front.start()
+    front.seen = seen
+    yield front
+    front.stop()
+
+
+def raw_exchange(path, data):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        sock.connect(path)
+        sock.sendall(data)
+        return sock.makefile("rb").readline()
+
+
+def test_socket_modes(frontend):
+    assert stat.S_IMODE(os.stat(frontend.socket_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(frontend.user_socket_path).st_mode) == 0o666
+    assert stat.S_ISSOCK(os.stat(frontend.socket_path).st_mode)
+
+
+def test_controller_request_answered(frontend):
+    reply = protocol.ask({"op": "place", "uid": 1234}, frontend.socket_path, timeout_s=2)
+    assert reply == {"ok": True, "action": "unchanged", "reason": "test", "uid": 1234}
+
+
+def test_malformed_and_failing_requests_get_ok_false(frontend):
+    assert json.loads(raw_exchange(frontend.socket_path, b"not json\n")) == {"ok": False, "error": "malformed request"}
+    reply = json.loads(raw_exchange(frontend.socket_path, b'{"op": "boom"}\n'))
+    assert reply["ok"] is False and "RuntimeError" in reply["error"]
+    # and the client helper turns both into "no answer" (fail open)
+    assert protocol.ask({"op": "boom"}, frontend.socket_path, timeout_s=2) is None
+
+
+def test_kv_reply_for_lua(frontend):
+    line = raw_exchange(frontend.socket_path, b'{"op": "place", "reply": "kv", "uid": 5}\n').decode()
+    assert line == "action=unchanged;ok=1;reason=test;uid=5\n"
+
+
+def test_ask_fails_open_without_daemon(tmp_path):
+    assert protocol.ask({"op": "ping"}, str(tmp_path / "nothing.sock"), timeout_s=0.1) is None
+
+
+def test_authorize_rules():
+    trusted = {0, 64030}
+    assert authorize({"uid": 5}, 1000, trusted, controller=True) is None
+    assert authorize({"uid": 5}, 0, trusted, controller=False) is None
+    assert authorize({"uid": 1000}, 1000, trusted, controller=False) is None
+    message = {}
+    assert authorize(message, 1000, trusted, controller=False) is None and message["uid"] == 1000
+    assert "may not ask on behalf of uid 0" in authorize({"uid": 0}, 1000, trusted, controller=False)
+    assert authorize({"uid": "x"}, 1000, trusted, controller=False) == "bad uid"
+
+
+ORDINARY_USER_CLIENT = r"""
+import json, os, socket, sys
+os.setgid(65534); os.setuid(65534)
+controller, user_socket = sys.argv[1], sys.argv[2]
+out = {}
+try:
+    s = socket.socket(socket.AF_UNIX); s.connect(controller); out["controller"] = "connected"
+except PermissionError:
+    out["controller"] = "denied"
+for name, uid in (("own", 65534), ("other", 0)):
+    s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(user_socket)
+    s.sendall((json.dumps({"op": "place", "uid": uid}) + "\n").encode())
+    out[name] = json.loads(s.makefile().readline())
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_ordinary_user_cannot_write_controller_socket_nor_impersonate(frontend, caplog):
+    pwd.getpwuid(65534)  # nobody exists on Debian
+    caplog.set_level(logging.WARNING, logger="horusd")
+    result = subprocess.run([sys.executable, "-c", ORDINARY_USER_CLIENT, frontend.socket_path,
+                             frontend.user_socket_path], capture_output=True, text=True, timeout=20)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["controller"] == "denied"
+    assert out["own"]["ok"] is True and out["own"]["uid"] == 65534
+    assert out["other"] == {"ok": False, "error": "uid 65534 may not ask on behalf of uid 0"}
+    assert any("refused request from uid 65534" in r.getMessage() for r in caplog.records)
+    assert [m.get("uid") for m in frontend.seen] == [65534]
