@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "model": "slurm_horus.interference.cli:model",
     "simulate": "slurm_horus.sim.cli:simulate",
     "config": "slurm_horus.config_cli:config_command",
+    "demo": "slurm_horus.demo:demo",
 }
 
 
