@@ -52,9 +52,10 @@ def test_installed_wheel_finds_templates_lua_and_configs(tmp_path):
         build.insert(4, "--no-build-isolation")  # offline-friendly when the build tools are here
     subprocess.run(build, check=True, capture_output=True, timeout=120)
     (wheel,) = (tmp_path / "wheel").glob("slurm_horus-*.whl")
+    # --ignore-installed: without it pip would first uninstall the developer's own (editable) copy.
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(venv), str(wheel)],
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", "--prefix", str(venv), str(wheel)],
                    check=True, capture_output=True, timeout=120)
     probe = subprocess.run([str(venv / "bin" / "python"), "-c", PROBE], cwd=tmp_path, check=True,
                            capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HORUS_SHARE": "/nonexistent"})
