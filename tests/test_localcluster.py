@@ -202,6 +202,30 @@ def test_port_clash_picks_another_port():
             assert cluster.down() == []
 
 
+def test_daemon_losing_a_port_race_restarts_the_cluster_on_fresh_ports(monkeypatch):
+    real_pick = procs.pick_free_ports
+    calls = []
+
+    def pick_with_a_stolen_port(count, start=None, avoid=()):
+        ports = real_pick(count, start, avoid)
+        if not calls:  # first attempt: slurmctld is handed a port someone else holds
+            ports[0] = taken.getsockname()[1]
+        calls.append(ports)
+        return ports
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(procs, "pick_free_ports", pick_with_a_stolen_port)
+        cluster = LocalCluster(nodes=1, gpus=1)
+        try:
+            cluster.up()
+            assert len(calls) == 2 and cluster.ports["slurmctld"] == calls[1][0] != calls[0][0]
+            assert cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
+        finally:
+            assert cluster.down() == []
+
+
 def test_free_port_picker_skips_ports_in_use():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -386,8 +386,10 @@ class LocalCluster:
 
         def controller_up():
             self._check_alive("slurmctld", ctld, ctld_log)
-            result = self.run(["scontrol", "ping"], check=False, timeout=5)
-            return result.returncode == 0 and "UP" in result.stdout
+            if _log_says_port_in_use(ctld_log):  # it exits a moment later; whoever holds the port may hang us
+                raise PortClash("slurmctld: port in use")
+            result = self._poll(["scontrol", "ping"])
+            return result is not None and result.returncode == 0 and "UP" in result.stdout
 
         _wait_until(controller_up, timeout, "slurmctld to answer", ctld_log)
         for index, name in enumerate(self.node_names()):
@@ -399,6 +401,13 @@ class LocalCluster:
         self.timings["accounting_s"] = round(t_dbd - t0, 3)
         self.timings["slurm_s"] = round(time.monotonic() - t_dbd, 3)
 
+    def _poll(self, argv):
+        """One status query during start-up; None when it hangs (the daemon is not up yet)."""
+        try:
+            return self.run(argv, check=False, timeout=3)
+        except SlurmCommandError:
+            return None
+
     def _wait_nodes_idle(self, timeout):
         expected = set(self.node_names())
 
@@ -407,7 +416,9 @@ class LocalCluster:
                 if daemon["name"].startswith("slurmd-"):
                     self._check_alive(daemon["name"], daemon["pid"],
                                       self.layout.log / f"{daemon['name']}.log")
-            result = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=5)
+            result = self._poll(["sinfo", "-h", "-N", "-o", "%N %T"])
+            if result is None:
+                return False
             idle = {line.split()[0] for line in result.stdout.splitlines() if line.split()[1:] == ["idle"]}
             return idle >= expected
 
