@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import HorusError, InputError
 from ..resources import resource_path
-from ..slurm.parse import parse_sacct, parse_sinfo, parse_squeue
+from ..slurm import queries
 from ..slurm.runner import SlurmCommandError, run_slurm
 from . import files, procs
 from .prereq import check_prerequisites, find_program
@@ -182,8 +182,7 @@ class LocalCluster:
             args.append(f"--output={self.layout.jobs}/slurm-%j.out")
         if not any(str(a).startswith(("--chdir", "-D")) for a in args):
             args.append(f"--chdir={self.layout.jobs}")
-        result = self.run(["sbatch", "--parsable", *args], input=script)
-        return int(result.stdout.strip().split(";")[0])
+        return queries.submit_batch(args, script, slurm_conf=self.slurm_conf)
 
     def job_output(self, job_id):
         return (self.layout.jobs / f"slurm-{job_id}.out").read_text()
@@ -214,16 +213,13 @@ class LocalCluster:
                            self.layout.log / "slurmctld.log", poll=0.1)
 
     def nodes_info(self):
-        return parse_sinfo(self.run(["sinfo", "--json"]).stdout)
+        return queries.sinfo(self.slurm_conf)
 
     def queue(self):
-        return parse_squeue(self.run(["squeue", "--json"]).stdout)
+        return queries.squeue(self.slurm_conf)
 
     def accounting(self, job_ids=None):
-        argv = ["sacct", "--json", "-a"]
-        if job_ids:
-            argv += ["-j", ",".join(str(j) for j in job_ids)]
-        return parse_sacct(self.run(argv).stdout)
+        return queries.sacct(job_ids, slurm_conf=self.slurm_conf)
 
     def install_job_submit(self, lua_file):
         """Validate ``lua_file`` and copy it beside slurm.conf as job_submit.lua.
