@@ -43,27 +43,32 @@ def test_job_pinned_to_gpu_g2_on_n3_sees_gpu_2(slurm_cluster):
     assert slurm_cluster.job_output(job).split() == ["node=n3", "job_gpus=2", "cvd=2", "gdo=2"]
 
 
-def test_two_shard_jobs_share_gpu_1_at_the_same_time(slurm_cluster, tmp_path):
-    os.chmod(tmp_path, 0o777)
+def run_shard_pair_on_gpu_1(cluster, meeting_dir):
+    """Two ``shard:g1`` jobs on n2 that can only finish by meeting each other; return their ids."""
+    os.chmod(meeting_dir, 0o777)
     tag = uuid.uuid4().hex[:6]
     a, b = f"shA{tag}", f"shB{tag}"
     jobs = [
-        slurm_cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={a}"],
-                             RENDEZVOUS.format(dir=tmp_path, other=b)),
-        slurm_cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={b}"],
-                             RENDEZVOUS.format(dir=tmp_path, other=a)),
+        cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={a}"],
+                       RENDEZVOUS.format(dir=meeting_dir, other=b)),
+        cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={b}"],
+                       RENDEZVOUS.format(dir=meeting_dir, other=a)),
     ]
-    running = slurm_cluster.wait_jobs(jobs, states={"RUNNING", "COMPLETED"}, timeout=30)
+    running = cluster.wait_jobs(jobs, states={"RUNNING", "COMPLETED"}, timeout=30)
     assert set(running.values()) <= {"RUNNING", "COMPLETED"}
-    queued = {j.job_id: j for j in slurm_cluster.queue() if j.job_id in jobs}
+    queued = {j.job_id: j for j in cluster.queue() if j.job_id in jobs}
     for job in jobs:
         if job in queued and queued[job].state == "RUNNING":
             assert queued[job].shard_gpu_indices() == (1,)
             assert queued[job].gres_requested == [GresItem("shard", "g1", 1)]
-    final = slurm_cluster.wait_jobs(jobs)
-    assert set(final.values()) == {"COMPLETED"}
+    assert set(cluster.wait_jobs(jobs).values()) == {"COMPLETED"}
     for job in jobs:
-        assert slurm_cluster.job_output(job).split() == ["met", "gdo=1"]
+        assert cluster.job_output(job).split() == ["met", "gdo=1"]
+    return jobs
+
+
+def test_two_shard_jobs_share_gpu_1_at_the_same_time(slurm_cluster, tmp_path):
+    run_shard_pair_on_gpu_1(slurm_cluster, tmp_path)
 
 
 def test_live_sinfo_json_parses_into_typed_gpus_and_shards(slurm_cluster):
@@ -126,26 +131,37 @@ def test_broken_job_submit_lua_is_refused_before_anything_starts(tmp_path):
     assert cluster.daemons == []
 
 
-def test_sacct_json_shows_jobs_with_their_gres(slurm_cluster_dbd):
+def accounted(cluster, job_ids):
+    """sacct's records of ``job_ids`` once all are there (slurmctld hands them over a moment later)."""
+    deadline = time.monotonic() + 60
+    while True:
+        jobs = {j.job_id: j for j in cluster.accounting(job_ids)}
+        if len(jobs) == len(job_ids) and all(j.state == "COMPLETED" and j.end_time for j in jobs.values()):
+            return jobs
+        assert time.monotonic() < deadline, f"sacct did not record the jobs: {jobs}"
+        time.sleep(0.5)
+
+
+def test_sacct_json_shows_pinned_and_multi_gpu_jobs_with_their_gpus(slurm_cluster_dbd):
     c = slurm_cluster_dbd
     pinned = c.sbatch(["-w", "n3", "--gres=gpu:g2:1"], SHOW_GPUS)
     pair = c.sbatch(["--gres=gpu:2"], SHOW_GPUS)
-    shard = c.sbatch(["--gres=shard:g1:1"], SHOW_GPUS)
-    assert set(c.wait_jobs([pinned, pair, shard]).values()) == {"COMPLETED"}
-    deadline = time.monotonic() + 60
-    while True:  # slurmctld hands finished jobs to slurmdbd a moment later
-        jobs = {j.job_id: j for j in c.accounting([pinned, pair, shard])}
-        if len(jobs) == 3 and all(j.state == "COMPLETED" for j in jobs.values()):
-            break
-        assert time.monotonic() < deadline, f"sacct did not record the jobs: {jobs}"
-        time.sleep(0.5)
+    assert set(c.wait_jobs([pinned, pair]).values()) == {"COMPLETED"}
+    jobs = accounted(c, [pinned, pair])
     assert jobs[pinned].nodes == "n3" and jobs[pinned].gpu_indices() == (2,)
     assert jobs[pinned].gres_counts() == {"gpu": 1, "gpu:g2": 1}
     pair_gpus = jobs[pair].gpu_indices()
     assert len(pair_gpus) == 2 and jobs[pair].gres_counts()["gpu"] == 2
     assert c.job_output(pair).split()[1] == "job_gpus=" + ",".join(map(str, pair_gpus))
-    assert jobs[shard].gres_counts() == {"shard": 1}
-    assert c.job_output(shard).split()[3] == "gdo=1"
+
+
+def test_sacct_json_shows_the_shard_pair_sharing_one_node_at_once(slurm_cluster_dbd, tmp_path):
+    first, second = run_shard_pair_on_gpu_1(slurm_cluster_dbd, tmp_path)
+    jobs = accounted(slurm_cluster_dbd, [first, second])
+    for job in (first, second):
+        assert jobs[job].gres_counts() == {"shard": 1} and jobs[job].nodes == "n2"
+    # Accounting agrees they overlapped in time.
+    assert jobs[first].start_time <= jobs[second].end_time and jobs[second].start_time <= jobs[first].end_time
 
 
 @pytest.fixture
