@@ -538,21 +538,23 @@ class LocalCluster:
                 self._children.remove(child)
 
     def cancel_all_jobs(self, timeout=60.0):
-        """scancel every job and wait until squeue lists none (finished jobs leave the list)."""
-        listed = self.run(["squeue", "-h", "-o", "%i"], check=False, timeout=10)
-        if listed.returncode != 0:
-            return False
-        job_ids = [j.strip() for j in listed.stdout.split() if j.strip()]
-        if job_ids:
-            self.run(["scancel", *job_ids], check=False, timeout=10)
+        """scancel every job and wait until squeue lists none (finished jobs leave the list).
 
-        def empty():
+        Returns False when the controller does not answer; the caller then stops daemons anyway.
+        """
+
+        def listed_jobs():
             result = self.run(["squeue", "-h", "-o", "%i"], check=False, timeout=10)
-            return result.returncode == 0 and not result.stdout.strip()
+            return result.stdout.split() if result.returncode == 0 else None
 
         try:
-            _wait_until(empty, timeout, "the queue to drain", poll=0.1)
-        except ClusterError:
+            job_ids = listed_jobs()
+            if job_ids is None:
+                return False
+            if job_ids:
+                self.run(["scancel", *job_ids], check=False, timeout=10)
+            _wait_until(lambda: listed_jobs() == [], timeout, "the queue to drain", poll=0.1)
+        except (ClusterError, SlurmCommandError):
             return False
         return True
 
