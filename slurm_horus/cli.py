@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "config": "slurm_horus.config_cli:config_command",
     "serve": "slurm_horus.service.cli:serve",
     "doctor": "slurm_horus.service.cli:doctor",
+    "demo": "slurm_horus.demo:demo",
 }
 
 
