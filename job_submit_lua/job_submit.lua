@@ -259,7 +259,7 @@ function horus.ask(conf, line)
   local client = unix()
   client:settimeout(conf.timeout_ms / 1000)
   local ok, err = client:connect(conf.socket)
-  if not ok then client:close() return nil, "connect: " .. tostring(err) end
+  if not ok then client:close() return nil, "connect " .. conf.socket .. ": " .. tostring(err) end
   local remaining = deadline - socket.gettime()
   if remaining <= 0 then client:close() return nil, "timeout" end
   client:settimeout(remaining)
@@ -274,9 +274,27 @@ function horus.ask(conf, line)
   return reply
 end
 
+-- The directory this script was loaded from (slurmctld loads it beside slurm.conf).
+local SCRIPT_DIR = (function()
+  if type(debug) ~= "table" or type(debug.getinfo) ~= "function" then return nil end
+  local info = debug.getinfo(1, "S") -- level 1: this function, defined in the script's own chunk
+  if info and type(info.source) == "string" and string.sub(info.source, 1, 1) == "@" then
+    return string.match(string.sub(info.source, 2), "^(.*)/[^/]*$")
+  end
+  return nil
+end)()
+
+-- The site file: HORUS_CONFIG (slurmctld's environment), else horus.conf beside this script, else
+-- /etc/horus/horus.conf. No file at all means the defaults.
+function horus.config_path()
+  local from_env = os.getenv("HORUS_CONFIG")
+  if from_env and from_env ~= "" then return from_env end
+  if SCRIPT_DIR and file_exists(SCRIPT_DIR .. "/horus.conf") then return SCRIPT_DIR .. "/horus.conf" end
+  return "/etc/horus/horus.conf"
+end
+
 function horus.load_config()
-  local path = os.getenv("HORUS_CONFIG") or "/etc/horus/horus.conf"
-  return horus.parse_config(read_file(path))
+  return horus.parse_config(read_file(horus.config_path()))
 end
 
 -- One submission, start to end. Returns a short outcome string for the log.

@@ -33,20 +33,26 @@ def local_cluster():
 @click.option("--nodes", default=DEFAULT_NODES, show_default=True, type=click.IntRange(1, 64), help="compute nodes")
 @click.option("--gpus", default=DEFAULT_GPUS, show_default=True, type=click.IntRange(1, 16), help="fake GPUs per node")
 @click.option("--with-dbd", is_flag=True, help="also start MariaDB + slurmdbd (sacct works)")
+@click.option("--horus/--no-horus", default=True, show_default=True,
+              help="run horusd and slurm-horus's job_submit.lua (--no-horus: plain Slurm, logging-only Lua)")
+@click.option("--binding", type=click.Choice(["shard", "indexed", "node"]), default="shard", show_default=True,
+              help="how horusd binds its decisions")
+@click.option("--policy", default="horus", show_default=True, help="horusd's placement policy")
 @click.option("--job-submit-lua", type=click.Path(exists=True, dir_okay=False),
-              help="job_submit.lua to install (default: the shipped logging-only one)")
+              help="job_submit.lua to install instead of the shipped one")
 @click.option("--base-port", type=click.IntRange(1024, 65000), help="try ports from here upwards (default: random)")
 @click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
-def up(directory, nodes, gpus, with_dbd, job_submit_lua, base_port, as_json):
+def up(directory, nodes, gpus, with_dbd, horus, binding, policy, job_submit_lua, base_port, as_json):
     """Start the cluster; its daemons keep running after this command exits."""
     cluster = LocalCluster(directory=directory, nodes=nodes, gpus=gpus, with_dbd=with_dbd,
-                           job_submit_lua=job_submit_lua, base_port=base_port)
+                           job_submit_lua=job_submit_lua, base_port=base_port, horus=horus,
+                           horus_settings={"binding": binding, "policy": policy})
     cluster.up()
     if as_json:
         click.echo(json.dumps(cluster.status(), indent=2))
         return
     click.echo(f"local cluster up in {cluster.timings['up_s']:.2f} s: {nodes} nodes x {gpus} GPUs"
-               f"{' + slurmdbd' if with_dbd else ''} in {cluster.root}")
+               f"{' + slurmdbd' if with_dbd else ''}{' + horusd' if horus else ''} in {cluster.root}")
     click.echo(cluster.export_line())
     click.echo(f"stop it with: horus local-cluster down --dir {cluster.root}", err=True)
 

@@ -23,6 +23,7 @@ from ..resources import resource_path
 from ..slurm import queries
 from ..slurm.runner import SlurmCommandError, run_slurm
 from . import files, procs
+from . import horus as horus_local
 from .prereq import check_prerequisites, find_program
 
 STATE_FILE = "cluster.json"
@@ -128,7 +129,7 @@ class LocalCluster:
 
     def __init__(self, directory=None, nodes=DEFAULT_NODES, gpus=DEFAULT_GPUS, with_dbd=False,
                  job_submit_lua=None, cluster_name=DEFAULT_CLUSTER_NAME, base_port=None,
-                 use_golden_db=True):
+                 use_golden_db=True, horus=False, horus_settings=None):
         if nodes < 1 or gpus < 1:
             raise InputError("a local cluster needs at least 1 node and 1 GPU per node")
         self.temporary = directory is None
@@ -140,6 +141,9 @@ class LocalCluster:
         self.cluster_name = cluster_name
         self.base_port = base_port
         self.use_golden_db = use_golden_db
+        # horus: also run horusd and install the placing job_submit.lua (else the logging-only one)
+        self.horus = horus
+        self.horus_settings = dict(horus_settings or {})
         self.layout = ClusterLayout(directory) if directory is not None else None
         self.ports = {}
         self.daemons = []  # [{"name", "pid"}], in start order
@@ -165,6 +169,14 @@ class LocalCluster:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.slurm_conf)
         return env
+
+    @property
+    def horus_config(self):
+        return self.layout.etc / "horus.conf"
+
+    @property
+    def horus_socket(self):
+        return str(self.layout.run / "horusd.sock")
 
     def export_line(self):
         return f"export SLURM_CONF={self.slurm_conf}"
@@ -246,7 +258,8 @@ class LocalCluster:
         """Start the whole cluster; return self. Raises ClusterError (daemons stopped again)."""
         check_prerequisites(with_dbd=self.with_dbd)
         if self.job_submit_lua is None:
-            self.job_submit_lua = resource_path("job_submit_lua", "job_submit.lua")
+            self.job_submit_lua = resource_path(
+                "job_submit_lua", "job_submit.lua" if self.horus else "job_submit_logging.lua")
         validate_lua(self.job_submit_lua)
         started = time.monotonic()
         if self.layout is None:
@@ -335,6 +348,9 @@ class LocalCluster:
             dbd_conf = layout.etc / "slurmdbd.conf"
             dbd_conf.write_text(files.slurmdbd_conf(layout, self.ports))
             os.chmod(dbd_conf, 0o600)  # slurmdbd refuses a readable file (it holds the DB password)
+        if self.horus:
+            # beside job_submit.lua, where the script looks first; horusd gets it via HORUS_CONFIG
+            horus_local.write_config(self.horus_config, layout, self.horus_settings)
 
     def _daemon_env(self):
         env = self.env
@@ -398,6 +414,8 @@ class LocalCluster:
                 [layout.bin / "slurmd", "-f", layout.slurm_conf, "-N", name, "-d", layout.bin / "slurmstepd"],
                 layout.run / f"slurmd-{name}.pid", layout.log / f"slurmd-{name}.log")
         self._wait_nodes_idle(timeout)
+        if self.horus:
+            horus_local.start_horusd(self, timeout)
         self.timings["accounting_s"] = round(t_dbd - t0, 3)
         self.timings["slurm_s"] = round(time.monotonic() - t_dbd, 3)
 
@@ -560,7 +578,7 @@ class LocalCluster:
 
     def _stop_daemons(self):
         """Stop recorded daemons (nodes first, munged last) and every leftover job process."""
-        order = ["slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"]
+        order = ["horusd", "slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"]
         ranked = sorted(self.daemons, key=lambda d: order.index(d["name"].split("-")[0]))
         for rank_name in order:
             pids = [d["pid"] for d in ranked if d["name"].split("-")[0] == rank_name and self._daemon_alive(d)]

@@ -79,6 +79,8 @@ class Horusd:
         self.placer = build_placer(config, predictor_factory)
         self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None)
         self.stopping = threading.Event()
+        self.wake = threading.Event()  # set: refresh now instead of at the next tick
+        self.placer.on_left_to_slurm = self.wake.set
         self.refresh_errors = 0
         self._refresher = None
 
@@ -110,7 +112,11 @@ class Horusd:
         self.placer.load_snapshot(snapshot)
 
     def _refresh_loop(self):
-        while not self.stopping.wait(self.config.refresh_s):
+        while not self.stopping.is_set():
+            self.wake.wait(self.config.refresh_s)
+            self.wake.clear()
+            if self.stopping.is_set():
+                return
             try:
                 self.refresh_once()
                 self.refresh_errors = 0
@@ -124,6 +130,7 @@ class Horusd:
         config = load_config()
         placer = build_placer(config, self.predictor_factory)
         old = self.placer
+        placer.on_left_to_slurm = self.wake.set
         with old.lock:
             placer.ledger = dict(old.ledger)
         self.config = config
@@ -150,6 +157,7 @@ class Horusd:
 
     def stop(self):
         self.stopping.set()
+        self.wake.set()
         self.frontend.stop()
 
     def serve_forever(self):

@@ -101,6 +101,12 @@ class Placer:
         self.state: Optional[ClusterState] = None
         self.snapshot_time = 0.0
         self.pending_jobs = 0
+        self.pending_gpus = 0  # GPUs asked for by jobs Slurm still queues: the "pressure" of the policies
+        # A GPU job left to Slurm for lack of room may start on any GPU Slurm frees before our next
+        # refresh; pinning another job meanwhile could pin it behind that one. So until a refresh
+        # newer than this moment, every job is left to Slurm too (None: no such job pending).
+        self.left_to_slurm_since = None
+        self.on_left_to_slurm = None  # callback: ask the refresher for an early refresh
         self.decisions = 0
 
     # ---- state ----------------------------------------------------------------------------------
@@ -115,13 +121,14 @@ class Placer:
             state.add_node(node.name, gpu_type, count, self.gpu_memory_mb(gpu_type), node.partitions or ("default",))
         state.build()
         seen_tokens = set()
-        pending = 0
+        pending = pending_gpus = 0
         for job in snapshot.jobs:
             token = _TOKEN.search(job.admin_comment or "")
             if token:
                 seen_tokens.add(token.group(1))
             if job.state == "PENDING":
                 pending += 1
+                pending_gpus += sum(item.count for item in job.gres_requested if item.name == "gpu")
             if job.state not in RUNNING_STATES:
                 continue
             running = self._running_job_from_queue(state, job, snapshot.taken_at)
@@ -139,6 +146,9 @@ class Placer:
             self.state = state
             self.snapshot_time = snapshot.taken_at
             self.pending_jobs = pending
+            if self.left_to_slurm_since is not None and snapshot.taken_at > self.left_to_slurm_since:
+                self.left_to_slurm_since = None
+            self.pending_gpus = pending_gpus
 
     def _running_job_from_queue(self, state, job, now):
         gpus = []
@@ -184,6 +194,8 @@ class Placer:
             state = self.state
             if state is None:
                 return unchanged("no cluster state yet")
+            if self.left_to_slurm_since is not None:
+                return unchanged("jobs left to Slurm may be starting: waiting for a fresh cluster state")
             decision_id = "h" + uuid.uuid4().hex[:10]
             time_limit = message.get("time_limit_min")
             req = JobRequest(
@@ -198,9 +210,11 @@ class Placer:
                 first, *rest = [p for p in req.partition.split(",") if p]
                 req.partition, req.extra_partitions = first, tuple(rest)
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
-                                    waiting_gpus=req.n_gpus)
+                                    waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=bool(message.get("explain")))
             if not decision.placed:
+                if record and not message.get("dry_run"):
+                    self._left_to_slurm()
                 return unchanged(decision.reason, candidates=decision.to_dict()["candidates"])
             if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
                 return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
@@ -212,6 +226,11 @@ class Placer:
                 self.ledger[decision_id] = LedgerEntry(decision_id, running, self.clock() + self.ledger_ttl_s)
                 self.decisions += 1
             return reply
+
+    def _left_to_slurm(self):
+        self.left_to_slurm_since = self.clock()
+        if self.on_left_to_slurm is not None:
+            self.on_left_to_slurm()
 
     def _reply(self, decision, req, job_class, decision_id):
         node_gpus = decision.gpus

@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 
 from ..errors import InputError
 from .gres import GresItem, parse_gres, typed_gpu_indices
+from .hostlist import expand_hostlist
 
 
 def _load(text, command, key):
@@ -49,6 +50,7 @@ class NodeInfo:
     partitions: Tuple[str, ...]
     gres: List[GresItem] = field(default_factory=list)
     gres_used: List[GresItem] = field(default_factory=list)
+    features: Tuple[str, ...] = ()
 
     def gpu_indices_in_use(self):
         """GPU indices held by jobs, whole GPUs and shards alike."""
@@ -74,6 +76,7 @@ def parse_sinfo(text):
             partitions=tuple(record.get("partitions") or ()),
             gres=_gres_field(record, "gres", "sinfo"),
             gres_used=_gres_field(record, "gres_used", "sinfo"),
+            features=tuple(f for f in (record.get("active_features") or record.get("features") or "").split(",") if f),
         ))
     return nodes
 
@@ -94,6 +97,14 @@ class QueueJob:
     start_time: int
     gres_requested: List[GresItem] = field(default_factory=list)
     gres_allocated: List[GresItem] = field(default_factory=list)  # from gres_detail, all nodes
+    end_time: int = 0  # expected end (start + time limit) while running
+    time_limit: int = 0  # minutes; 0 when unset
+    gres_detail: Tuple[str, ...] = ()  # one entry per allocated node, in node order
+
+    def gres_by_node(self):
+        """[(node name, [GresItem])] of a running job: gres_detail lists one entry per node."""
+        names = expand_hostlist(self.nodes) if self.nodes else []
+        return [(name, parse_gres(detail)) for name, detail in zip(names, self.gres_detail)]
 
     def gpu_indices(self):
         """Indices of whole GPUs held (from gres_detail's IDX)."""
@@ -127,6 +138,9 @@ def parse_squeue(text):
             start_time=int(record.get("start_time") or 0),
             gres_requested=_gres_field(record, "tres_per_node", "squeue"),
             gres_allocated=allocated,
+            end_time=int(record.get("end_time") or 0),
+            time_limit=int(record.get("time_limit") or 0),
+            gres_detail=tuple(record.get("gres_detail") or ()),
         ))
     return jobs
 

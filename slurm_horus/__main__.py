@@ -1,0 +1,5 @@
+"""``python -m slurm_horus`` is the ``horus`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,203 @@
+"""Live placement on the real local cluster: horusd + job_submit.lua decide where plain sbatch jobs go.
+
+One 2-node x 4-GPU cluster with horusd (binding ``shard``, policy ``horus``) for the module. Job
+classes are Gavel's V100 classes (the built-in priors): resnet18-bs32 + resnet18-bs64 keep all of
+their speed together (a complementary pair), two recommendation-bs2048 jobs keep 31 % each (heavy).
+"""
+
+import os
+import re
+import signal
+import time
+import uuid
+
+import pytest
+
+from slurm_horus.localcluster import LocalCluster, prerequisite_problems
+from slurm_horus.service import protocol
+
+pytestmark = pytest.mark.slurm
+
+FILLER = "#!/bin/sh\nsleep 300\n"
+REPORT = "#!/bin/sh\necho GDO=$GPU_DEVICE_ORDINAL JOB_GPUS=$SLURM_JOB_GPUS\nsleep 300\n"
+
+
+@pytest.fixture(scope="module")
+def horus_cluster():
+    problems = prerequisite_problems(with_dbd=False)
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
+    cluster = LocalCluster(nodes=2, gpus=4, horus=True).up()
+    try:
+        yield cluster
+    finally:
+        survivors = cluster.down()
+        assert not survivors, f"processes left behind: {survivors}"
+
+
+@pytest.fixture
+def clean(horus_cluster):
+    """Each test starts with an empty queue, and horusd has seen it empty."""
+    horus_cluster.cancel_all_jobs()
+    settle(horus_cluster)
+    yield horus_cluster
+    horus_cluster.cancel_all_jobs()
+
+
+def detail(cluster, job_id):
+    """(node, admin_comment, {'gpu'|'shard': [indices]}) of a running job from scontrol -d."""
+    text = cluster.run(["scontrol", "-d", "show", "job", str(job_id)]).stdout
+    node = re.search(r"\n\s+Nodes=(\S+)", text)
+    held = {"gpu": [], "shard": []}
+    gres = re.search(r" GRES=(\S+)", text)
+    for name, idx in re.findall(r"(gpu|shard)[^(,]*\(IDX:([0-9,\-]+)\)", gres.group(1) if gres else ""):
+        for part in idx.split(","):
+            low, _, high = part.partition("-")
+            held[name].extend(range(int(low), int(high or low) + 1))
+    comment = re.search(r"AdminComment=(\S*)", text)
+    return (node.group(1) if node else None), (comment.group(1) if comment else ""), held
+
+
+def wait_running(cluster, job_ids, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = cluster.job_states(job_ids)
+        if all(states.get(j) == "RUNNING" for j in job_ids):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"jobs not running: {cluster.job_states(job_ids)}")
+
+
+def settle(cluster):
+    """Let horusd's next refresh see the jobs Slurm has started (refresh_s = 1)."""
+    time.sleep(1.5)
+
+
+def fill_gpus(cluster, count):
+    """``count`` exclusive jobs of unknown class (horus keeps them on whole GPUs)."""
+    jobs = [cluster.sbatch(["--gres=gpu:1", "-J", "filler"], FILLER) for _ in range(count)]
+    wait_running(cluster, jobs)
+    settle(cluster)
+    return jobs
+
+
+def test_job_lands_where_horusd_decided_and_sees_that_gpu(clean):
+    job = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs64"], REPORT)
+    wait_running(clean, [job])
+    node, comment, held = detail(clean, job)
+    token = re.search(r"horus:(h[0-9a-f]+):(shared|exclusive):[0-9.]+:resnet50-bs64", comment)
+    assert token, comment
+    decision_line = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
+                     if "class=resnet50-bs64" in line and "action=place" in line][-1]
+    decided = re.search(r"nodes=(\S+) tres=gres:shard:g(\d+):1", decision_line)
+    assert decided, decision_line
+    assert node == decided.group(1) and held["shard"] == [int(decided.group(2))]
+    deadline = time.monotonic() + 10
+    output = ""
+    while time.monotonic() < deadline and "GDO=" not in output:
+        try:
+            output = clean.job_output(job)
+        except FileNotFoundError:
+            time.sleep(0.2)
+    assert f"GDO={decided.group(2)}" in output
+    slurmctld_log = (clean.root / "log" / "slurmctld.log").read_text()
+    assert f"placed horus:{token.group(1)}" in slurmctld_log
+
+
+def test_complementary_pair_shares_one_gpu_through_shards(clean):
+    fill_gpus(clean, 7)
+    first = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
+    wait_running(clean, [first])
+    settle(clean)
+    second = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet18-bs64"], FILLER)
+    wait_running(clean, [second])
+    node1, _, held1 = detail(clean, first)
+    node2, comment2, held2 = detail(clean, second)
+    assert (node1, held1["shard"]) == (node2, held2["shard"]) and len(held1["shard"]) == 1
+    assert ":shared:" in comment2
+
+
+def test_heavy_pair_is_kept_apart(clean):
+    fill_gpus(clean, 7)
+    first = clean.sbatch(["--gres=gpu:1", "--comment=class=recommendation-bs2048"], FILLER)
+    wait_running(clean, [first])
+    settle(clean)
+    second = clean.sbatch(["--gres=gpu:1", "--comment=class=recommendation-bs2048"], FILLER)
+    time.sleep(2)
+    assert clean.job_states([second])[second] == "PENDING"  # not squeezed onto the first one's GPU
+    _, comment, _ = detail(clean, second)
+    assert "horus:" not in comment  # left to Slurm, unchanged
+    log = (clean.root / "log" / "slurmctld.log").read_text()
+    assert "unchanged: no free GPU and no pair predicted worth sharing" in log
+
+
+@pytest.mark.parametrize("gpu_option", ["--gpus=2", "--gres=gpu:2"])
+def test_multi_gpu_job_pinned_to_one_node_and_one_switch(clean, gpu_option):
+    # GPU 1 of n1 busy: a 2-GPU job on n1 could only get {0, 2} (two switches) or {2, 3}
+    blocker = clean.sbatch(["-w", "n1", "--gres=gpu:g1:1"], FILLER)
+    wait_running(clean, [blocker])
+    settle(clean)
+    job = clean.sbatch([gpu_option, "--comment=class=resnet50-bs64"], FILLER)
+    wait_running(clean, [job])
+    node, comment, held = detail(clean, job)
+    assert "horus:" in comment and ":exclusive:" in comment
+    assert sorted(held["gpu"]) in ([0, 1], [2, 3]), held
+    queue = {j.job_id: j for j in clean.queue()}
+    assert queue[job].tres_per_node.count("gres:gpu:g") == 2
+
+
+def test_jobs_horus_must_leave_alone_are_untouched(clean):
+    explicit = clean.sbatch(["-w", "n2", "--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
+    exclusive = clean.sbatch(["--exclusive", "--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
+    no_gpu = clean.sbatch(["--comment=class=resnet18-bs32"], FILLER)
+    array = clean.sbatch(["--array=0-1", "--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
+    time.sleep(1)
+    log = (clean.root / "log" / "slurmctld.log").read_text()
+    for reason in ("explicit nodelist", "explicit exclusive", "no gpu", "job array"):
+        assert f"skip: {reason}" in log
+    for job in (explicit, exclusive, no_gpu):
+        assert "horus:" not in detail(clean, job)[1]
+
+
+def test_kill_switch_stops_asking(clean):
+    disable = clean.root / "etc" / "horus.disabled"
+    disable.write_text("")
+    try:
+        job = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
+        wait_running(clean, [job])
+        assert "horus:" not in detail(clean, job)[1]
+        assert f"skip: disabled by {disable}" in (clean.root / "log" / "slurmctld.log").read_text()
+    finally:
+        disable.unlink()
+
+
+def horusd_pid(cluster):
+    return next(d["pid"] for d in cluster.status()["daemons"] if d["name"] == "horusd")
+
+
+def test_status_lists_horusd_and_it_answers_ping(horus_cluster):
+    pid = horusd_pid(horus_cluster)
+    reply = protocol.ask({"op": "ping"}, horus_cluster.horus_socket, timeout_s=2)
+    assert reply["pid"] == pid and reply["policy"] == "horus"
+
+
+def test_reload_keeps_answering(horus_cluster):
+    reply = protocol.ask({"op": "reload"}, horus_cluster.horus_socket, timeout_s=30)
+    assert reply == {"ok": True, "reloaded": True}
+    assert protocol.ask({"op": "ping"}, horus_cluster.horus_socket, timeout_s=2)["ok"] is True
+
+
+def test_job_goes_through_untouched_while_horusd_is_stopped(clean):
+    pid = horusd_pid(clean)
+    os.kill(pid, signal.SIGSTOP)  # hung: connects succeed, nothing answers
+    try:
+        started = time.monotonic()
+        job = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet18-bs32", "-J", f"hung{uuid.uuid4().hex[:6]}"],
+                           FILLER)
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_running(clean, [job])
+    assert "horus:" not in detail(clean, job)[1]
+    assert elapsed < 5
+    assert "unchanged: horusd receive: timeout" in (clean.root / "log" / "slurmctld.log").read_text()
