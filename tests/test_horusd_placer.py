@@ -1,0 +1,182 @@
+"""horusd's Placer on hand-made cluster snapshots (no Slurm): ledger, bindings, classes, staleness."""
+
+import pytest
+
+from slurm_horus.interference import build_model
+from slurm_horus.placement.policies import PolicyModels, make_policy
+from slurm_horus.service.app import Horusd
+from slurm_horus.service.daemon import Placer, Snapshot, job_class_of
+from slurm_horus.slurm.gres import parse_gres
+from slurm_horus.slurm.parse import NodeInfo, QueueJob
+
+MODEL = build_model("chain")
+
+
+class Clock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def node(name, gpus=4, partitions=("gpu",), state="idle"):
+    gres = ",".join(f"gpu:g{i}:1" for i in range(gpus)) + "," + ",".join(f"shard:g{i}:2" for i in range(gpus))
+    return NodeInfo(name=name, state=state, state_flags=(), cpus=8, alloc_cpus=0, real_memory=4000,
+                    alloc_memory=0, partitions=partitions, gres=parse_gres(gres), gres_used=[])
+
+
+def running(job_id, nodes, details, admin_comment="", comment="", state="RUNNING"):
+    return QueueJob(job_id=job_id, name="j", state=state, user="u", nodes=nodes, required_nodes="",
+                    partition="gpu", tres_per_node="", comment=comment, admin_comment=admin_comment,
+                    submit_time=900, start_time=950, gres_requested=parse_gres("gpu:1") if state == "PENDING" else [],
+                    gres_allocated=[], end_time=5000, time_limit=60, gres_detail=tuple(details))
+
+
+def make_placer(binding="shard", policy="horus", clock=None, nodes=None, jobs=()):
+    clock = clock or Clock()
+    placer = Placer(None, binding=binding, gpu_type="v100", clock=clock)
+    placer.policy = make_policy(policy, PolicyModels(placer.classes, lambda kind: MODEL))
+    placer.load_snapshot(Snapshot(nodes or [node("n1"), node("n2")], list(jobs), taken_at=clock()))
+    return placer
+
+
+def ask(placer, job_class=None, gpus=1, nodes=1, **extra):
+    message = {"op": "place", "gpus_per_node": gpus, "num_nodes": nodes, **extra}
+    if job_class:
+        message["job_class"] = job_class
+    return placer.place(message)
+
+
+def test_ledger_keeps_a_burst_from_piling_onto_one_gpu():
+    placer = make_placer()
+    chosen = [(r["nodes"], r["tres"]) for r in (ask(placer, "resnet50-bs64") for _ in range(8))]
+    assert len(set(chosen)) == 8  # 8 free GPUs, 8 decisions, no two alike
+    assert len(placer.ledger) == 8
+
+
+def test_ledger_entry_ends_when_squeue_shows_its_token():
+    clock = Clock()
+    placer = make_placer(clock=clock)
+    reply = ask(placer, "resnet50-bs64")
+    gpu = int(reply["tres"].split(":g")[1].split(":")[0])
+    seen = running(7, reply["nodes"], [f"shard:g{gpu}:1(IDX:{gpu})"],
+                   admin_comment=f"JS1:x,horus:{reply['id']}:shared:1.000:resnet50-bs64")
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [seen], taken_at=clock()))
+    assert placer.ledger == {}
+    job = placer.state.jobs["7"]
+    assert job.job_class == "resnet50-bs64" and not job.exclusive  # class read back from the token
+
+
+def test_ledger_entry_expires_when_slurm_never_shows_the_job():
+    clock = Clock()
+    placer = make_placer(clock=clock)
+    ask(placer, "resnet50-bs64")
+    clock.now += placer.ledger_ttl_s + 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
+    assert placer.ledger == {} and placer.state.jobs == {}
+
+
+def test_shard_binding_for_known_class_whole_gpu_for_unknown():
+    placer = make_placer()
+    known = ask(placer, "resnet18-bs32")
+    assert known["tres"].startswith("gres:shard:g") and known["mode"] == "shared" and known["class"] == "resnet18-bs32"
+    unknown = ask(placer)
+    assert unknown["tres"].startswith("gres:gpu:g") and unknown["mode"] == "exclusive"
+    assert unknown["binding"] == "indexed" and unknown["class"] == "unknown"
+
+
+def test_indexed_and_node_bindings():
+    indexed = ask(make_placer(binding="indexed"), "resnet18-bs32", gpus=2)
+    assert indexed["tres"].count("gres:gpu:g") == 2 and indexed["mode"] == "exclusive"
+    node_only = ask(make_placer(binding="node"), "resnet18-bs32", gpus=2)
+    assert node_only["tres"] == "gres:gpu:2" and node_only["nodes"] in ("n1", "n2")
+
+
+def test_multi_node_job_with_different_indices_falls_back_to_node_binding():
+    busy = running(1, "n1", ["gpu:g0:1(IDX:0)"])
+    placer = make_placer(binding="indexed", jobs=[busy])
+    reply = ask(placer, "resnet18-bs32", gpus=3, nodes=2)
+    assert reply["action"] == "place" and reply["nodes"] == "n1,n2"
+    # n1 can only offer 1,2,3 and n2 offers 0,1,2: one tres_per_node string cannot say both
+    assert reply["binding"] == "node" and reply["tres"] == "gres:gpu:3"
+
+
+def test_complementary_pair_shares_heavy_pair_waits_under_pressure():
+    jobs = [running(i, f"n{1 + i // 4}", [f"gpu:g{i % 4}:1(IDX:{i % 4})"]) for i in range(7)]
+    placer = make_placer(jobs=jobs)
+    first = ask(placer, "resnet18-bs32")
+    assert first["action"] == "place"
+    second = ask(placer, "resnet18-bs64")
+    assert (second["nodes"], second["tres"]) == (first["nodes"], first["tres"]) and second["mode"] == "shared"
+    heavy = make_placer(jobs=jobs)
+    ask(heavy, "recommendation-bs2048")
+    refused = ask(heavy, "recommendation-bs2048")
+    assert refused["action"] == "unchanged" and "no pair predicted worth sharing" in refused["reason"]
+
+
+def test_after_leaving_a_job_to_slurm_nothing_is_pinned_until_a_fresh_state():
+    clock = Clock()
+    jobs = [running(i, f"n{1 + i // 4}", [f"gpu:g{i % 4}:1(IDX:{i % 4})"]) for i in range(8)]
+    woken = []
+    placer = make_placer(clock=clock, jobs=jobs)
+    placer.on_left_to_slurm = lambda: woken.append(True)
+    assert ask(placer, "resnet50-bs64")["action"] == "unchanged"  # full
+    assert woken == [True]
+    clock.now += 0.1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock() - 0.5))  # older: still uncertain
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
+    assert ask(placer, "resnet50-bs64")["action"] == "place"
+
+
+def test_down_and_drained_nodes_get_nothing():
+    placer = make_placer(nodes=[node("n1", state="down"), node("n2", state="drained"), node("n3")])
+    replies = [ask(placer, "resnet50-bs64") for _ in range(5)]
+    assert {r["nodes"] for r in replies if r["action"] == "place"} == {"n3"}
+
+
+def test_dry_run_records_nothing():
+    placer = make_placer()
+    reply = ask(placer, "resnet50-bs64", dry_run=True, explain=True)
+    assert reply["action"] == "place" and placer.ledger == {} and reply["candidates"]
+
+
+def test_no_gpu_request_is_left_alone():
+    placer = make_placer()
+    assert ask(placer, gpus=0)["action"] == "unchanged"
+    assert placer.place({"op": "place", "tres_per_node": "gres:shard:1"})["action"] == "unchanged"
+    assert placer.place({"op": "place", "tres_per_job": "gres:gpu:2", "job_class": "lm-bs20"})["action"] == "place"
+
+
+@pytest.mark.parametrize("message, expected", [
+    ({"hints": {"HORUS_CLASS": "bert-large"}}, "bert-large"),
+    ({"hints": {"HORUS_MODEL": "ResNet50", "HORUS_BATCH_SIZE": "64"}}, "resnet50-bs64"),
+    ({"job_class": "lm-bs20"}, "lm-bs20"),
+    ({"comment": "exp 3, class=transformer-bs64"}, "transformer-bs64"),
+    ({"comment": "nothing here"}, "unknown"),
+    ({"hints": {"HORUS_CLASS": "bad class; rm"}}, "unknown"),
+])
+def test_job_class_of(message, expected):
+    assert job_class_of(message) == expected
+
+
+class FixedReader:
+    def __init__(self, snapshot):
+        self.snapshot = snapshot
+
+    def read(self):
+        return self.snapshot
+
+
+def test_horusd_answers_unchanged_on_stale_state(tmp_path):
+    from slurm_horus.config import load_config
+
+    config = load_config({"socket": str(tmp_path / "s.sock"), "refresh_s": 1.0}, environ={})
+    horusd = Horusd(config, reader=FixedReader(Snapshot([node("n1")], [], taken_at=0.0)),
+                    predictor_factory=lambda kind: MODEL)
+    horusd.refresh_once()  # a snapshot taken at the epoch: hopelessly old
+    reply = horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
+    assert reply == {"ok": True, "action": "unchanged", "reason": "cluster state is stale"}
+    assert horusd.decide({"op": "bogus"})["ok"] is False
