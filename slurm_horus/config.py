@@ -76,6 +76,8 @@ SETTINGS = {
         Setting("min_share_confidence", _parse_fraction, 0.0,
                 "only share when the model's answer comes from a source at least this trusted"),
         Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),
+        Setting("sbatch", str, "sbatch",
+                "the real sbatch that horus-sbatch runs (a path, or a name looked up on PATH)"),
         Setting("disable_file", str, "/etc/horus/disabled",
                 "kill switch: while this file exists job_submit.lua leaves every job alone"),
     ]

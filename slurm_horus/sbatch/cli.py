@@ -1,14 +1,432 @@
-"""``horus-sbatch``: placeholder until the horus-sbatch issue lands; passes everything to sbatch."""
+"""``horus-sbatch``: sbatch with interference-aware placement the user can see and override.
+
+``horus-sbatch [sbatch options] [horus options] script [args]`` reads the job the way sbatch will,
+asks horusd where it should run, and submits it with the real sbatch: unchanged when horus has
+nothing to add (no GPUs, the user chose nodes, horusd silent, ...), otherwise with the binding on the
+command line and an explained header in the script. Output and exit code are sbatch's own.
+
+horus-sbatch's own options (taken out before sbatch runs; only before the script name):
+``--horus-class NAME``, ``--horus-model NAME``, ``--horus-batch-size N``, ``--horus-off``,
+``--dry-run`` (print what would be submitted, submit nothing) and ``--explain`` (print the
+candidates horusd weighed, on stderr).
+
+Only the standard library is imported on the way to an unchanged submission; jinja2 and
+subprocess are loaded only when a script is rewritten.
+"""
 
 import os
-import shutil
 import sys
 
+from .options import NONE, REQUIRED, split_options, without
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    sbatch = shutil.which("sbatch")
+HORUS_OPTIONS = {
+    "horus-class": REQUIRED, "horus-model": REQUIRED, "horus-batch-size": REQUIRED,
+    "horus-off": NONE, "dry-run": NONE, "explain": NONE,
+}
+HORUS_HELP = """
+horus-sbatch options (before the script name; everything else goes to sbatch unchanged):
+      --horus-class=NAME      job class for the interference model (also: #HORUS --class NAME)
+      --horus-model=NAME      model hint, e.g. resnet50 (also: #HORUS --model NAME)
+      --horus-batch-size=N    batch-size hint (also: #HORUS --batch-size N)
+      --horus-off             submit the job untouched (also: #HORUS --off)
+      --dry-run               print the decision, the sbatch command and the script; submit nothing
+      --explain               print the candidates horusd considered and why the winner won
+"""
+WRAP_HEADER = b"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
+
+
+class Submission:
+    """Exactly what will be run: ``sbatch`` + ``argv``, with ``script`` written to a private file
+    named like the user's (``script_index`` is its place in argv) or fed on stdin."""
+
+    def __init__(self, argv):
+        self.argv = list(argv)
+        self.script = None          # bytes to submit instead of the user's file; None: the file as is
+        self.script_index = None    # argv position of the script path, when script is written to a file
+        self.script_name = None     # basename of that file (keeps sbatch's default job name)
+        self.stdin_script = None    # bytes fed to sbatch on stdin (script read from stdin / --wrap)
+        self.environment = {}       # variables added to sbatch's environment
+        self.decision = None
+        self.decision_reply = None
+        self.why_unchanged = ""
+        self.translate_parsable = False
+
+    def shown_argv(self):
+        argv = ["sbatch"] + self.argv
+        if self.script_index is not None:
+            argv[self.script_index + 1] = "$TMPDIR/horus-sbatch-XXXXXX/" + self.script_name
+        return argv
+
+    def submitted_script(self, original):
+        if self.stdin_script is not None:
+            return self.stdin_script
+        return self.script if self.script is not None else original
+
+
+def _quote(word):
+    if word and all(c.isalnum() or c in "_-.,:/=+@%$" for c in word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def _which(name, environ):
+    if "/" in name:
+        return name
+    for directory in environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _script_path(name, environ):
+    """The file sbatch will read for ``name``: a path as given, or a bare name looked up on PATH
+    first and in the current directory last (sbatch's search_path)."""
+    if "/" in name:
+        return name
+    for directory in environ.get("PATH", "").split(os.pathsep):
+        if directory:
+            candidate = os.path.join(directory, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.R_OK):
+                return candidate
+    return name
+
+
+class _Invocation:
+    """The user's command split into sbatch's part and horus-sbatch's part."""
+
+    def __init__(self, argv, environ):
+        self.argv = list(argv)
+        self.environ = environ
+        self.options, self.rest = split_options(self.argv, extra_long=HORUS_OPTIONS)
+        self.option_words = self.argv[:len(self.argv) - len(self.rest)]
+        self.horus = {}
+        for option in self.options:
+            if option.name and option.name.startswith("horus:"):
+                self.horus[option.name[len("horus:"):]] = option.value
+        self.sbatch_options = [o for o in self.options if not (o.name or "").startswith("horus:")]
+
+    def words_without(self, drop=lambda option: False):
+        return without(self.option_words, self.options,
+                       lambda o: (o.name or "").startswith("horus:") or drop(o))
+
+    def given(self, name):
+        return any(o.name == name for o in self.sbatch_options)
+
+    def last(self, name):
+        value = None
+        for option in self.sbatch_options:
+            if option.name == name:
+                value = option.value
+        return value
+
+
+def _horus_settings(directives, invocation, environ, warn):
+    """Job class, hints and the off switch: #HORUS lines < HORUS_* environment < command line."""
+    settings = {}
+    names = {"--class": "class", "--model": "model", "--batch-size": "batch-size", "--off": "off"}
+    for words, lineno in directives.horus:
+        index = 0
+        while index < len(words):
+            word = words[index]
+            name, has_value, value = word.partition("=")
+            key = names.get(name)
+            if key is None:
+                warn(f"line {lineno}: unknown #HORUS option {word!r} ignored")
+            elif key == "off":
+                settings["off"] = True
+            elif has_value:
+                settings[key] = value
+            elif index + 1 < len(words):
+                settings[key] = words[index + 1]
+                index += 1
+            else:
+                warn(f"line {lineno}: #HORUS {name} needs a value")
+            index += 1
+    for variable, key in (("HORUS_CLASS", "class"), ("HORUS_MODEL", "model"),
+                          ("HORUS_BATCH_SIZE", "batch-size")):
+        if environ.get(variable):
+            settings[key] = environ[variable]
+    for option_key, key in (("horus-class", "class"), ("horus-model", "model"),
+                            ("horus-batch-size", "batch-size")):
+        if option_key in invocation.horus and invocation.horus[option_key] is not None:
+            settings[key] = invocation.horus[option_key]
+    if "horus-off" in invocation.horus:
+        settings["off"] = True
+    return settings
+
+
+def plan(invocation, environ, say, config, stdin=None, asker=None):
+    """Decide what to submit; ``say`` prints one stderr line; ``config`` is the site configuration
+    (None when it could not be loaded). Returns (Submission, the user's script bytes or None)."""
+    unchanged = Submission(invocation.words_without() + invocation.rest)
+    wrap = invocation.last("wrap")
+    rest = invocation.rest
+    script = None
+    script_name = None
+    if wrap is not None:
+        script = WRAP_HEADER + wrap.encode("utf-8", "surrogateescape") + b"\n"
+    elif rest[:1] == [":"]:
+        unchanged.why_unchanged = "heterogeneous jobs are left to Slurm"
+        return unchanged, None
+    else:
+        words = rest[1:] if rest[:1] == ["--"] else rest
+        if words:
+            try:
+                with open(_script_path(words[0], environ), "rb") as handle:
+                    script = handle.read()
+            except OSError:
+                unchanged.why_unchanged = "the script cannot be read (sbatch says why)"
+                return unchanged, None
+            script_name = os.path.basename(words[0]) or "script"
+        else:
+            script = (stdin or sys.stdin.buffer).read()
+            unchanged.stdin_script = script
+
+    from .script import read_directives
+
+    directives = read_directives(script)
+    location = "--wrap" if wrap is not None else (script_name or "stdin")
+    settings = _horus_settings(directives, invocation, environ, lambda text: say(f"{location}: {text}"))
+    if settings.get("off"):
+        unchanged.why_unchanged = "horus is switched off for this job (--horus-off)"
+        return unchanged, script
+    if not directives.shebang:
+        unchanged.why_unchanged = "the script has no #! line (sbatch says why)"
+        return unchanged, script
+    if directives.error:
+        unchanged.why_unchanged = f"sbatch will reject the directives ({directives.error})"
+        return unchanged, script
+    if directives.is_het:
+        unchanged.why_unchanged = "heterogeneous jobs are left to Slurm"
+        return unchanged, script
+
+    from .job import JobView
+
+    view = JobView(directives.components[0], environ, invocation.sbatch_options)
+    reason = view.leave_alone_reason()
+    if reason:
+        unchanged.why_unchanged = reason
+        return unchanged, script
+
+    if config is None:
+        unchanged.why_unchanged = "the site configuration is unusable"
+        return unchanged, script
+
+    import hashlib
+
+    job_name = view.value("job-name") or ("wrap" if wrap is not None else (script_name or "sbatch"))
+    hints = {}
+    if settings.get("model"):
+        hints["HORUS_MODEL"] = settings["model"]
+    if settings.get("batch-size"):
+        hints["HORUS_BATCH_SIZE"] = settings["batch-size"]
+    dry_run = "dry-run" in invocation.horus or invocation.given("test-only")
+    request = view.request(job_name, hashlib.sha1(script).hexdigest(), settings.get("class"), hints,
+                           "explain" in invocation.horus, dry_run)
+    if asker is None:
+        from ..service.protocol import ask as asker
+    reply = asker(request, config.socket, config.timeout_ms / 1000.0)
+    if reply is None:
+        say(f"no answer from horusd at {config.socket} within {config.timeout_ms:g} ms; "
+            "job submitted without placement")
+        unchanged.why_unchanged = "horusd did not answer"
+        return unchanged, script
+    if reply.get("action") != "place":
+        unchanged.why_unchanged = "horusd leaves this job to Slurm" + (
+            f": {reply['reason']}" if isinstance(reply.get("reason"), str) and reply["reason"] else "")
+        unchanged.decision_reply = reply
+        return unchanged, script
+
+    from .rewrite import Decision, binding_options, exports, insert_header, render_header, replaced_on_command_line
+
+    try:
+        decision = Decision(reply)
+    except ValueError as exc:
+        say(f"horusd's answer could not be used ({exc}); job submitted without placement")
+        unchanged.why_unchanged = "horusd's answer was unusable"
+        return unchanged, script
+    binding = binding_options(decision, view)
+    replaced = replaced_on_command_line(decision)
+    words = invocation.words_without(lambda o: replaced(o) or o.name == "wrap")
+    if "parsable" not in {o.name for o in invocation.sbatch_options}:
+        words = ["--parsable"] + words
+    submission = Submission(words + binding)
+    submission.translate_parsable = "parsable" not in {o.name for o in invocation.sbatch_options}
+    submission.decision = decision
+    submission.decision_reply = reply
+    header = render_header(decision, binding, directives, settings.get("class"))
+    rewritten = insert_header(script, directives, header)
+    if wrap is not None:
+        if not invocation.given("job-name") and "SBATCH_JOB_NAME" not in environ:
+            submission.argv.append("--job-name=wrap")
+        submission.stdin_script = rewritten
+    elif script_name is None:
+        submission.stdin_script = rewritten
+    else:
+        script_words = rest[1:] if rest[:1] == ["--"] else rest
+        submission.argv += rest[:1] if rest[:1] == ["--"] else []
+        submission.script_index = len(submission.argv)
+        submission.argv += [script_words[0]] + script_words[1:]
+        submission.script = rewritten
+        submission.script_name = script_name
+    if not directives.is_shell:
+        submission.environment = dict(exports(decision))
+    return submission, script
+
+
+def explain_lines(submission):
+    reply = getattr(submission, "decision_reply", None) or {}
+    lines = []
+    if submission.decision is not None:
+        lines.append(f"decision {submission.decision.summary()}")
+    else:
+        lines.append(f"job left to Slurm: {submission.why_unchanged}")
+    candidates = reply.get("candidates") if isinstance(reply.get("candidates"), list) else []
+    if candidates:
+        lines.append("candidates considered (predicted slowdown of this job; worst co-runner):")
+        for candidate in candidates:
+            if not isinstance(candidate, dict):
+                continue
+            where = str(candidate.get("node", "?"))
+            gpus = candidate.get("gpus", candidate.get("gpu"))
+            if isinstance(gpus, list):
+                where += " GPU " + ",".join(str(g) for g in gpus)
+            elif gpus is not None:
+                where += f" GPU {gpus}"
+            slowdown = candidate.get("predicted_slowdown")
+            worst = candidate.get("corunner_slowdown", candidate.get("worst_corunner_slowdown"))
+            note = candidate.get("why") or candidate.get("reason") or candidate.get("note") or ""
+            chosen = "  <- chosen" if candidate.get("chosen") else ""
+            lines.append(f"  {where:<16} {_fmt(slowdown):>6} {_fmt(worst):>6}  {note}{chosen}".rstrip())
+    if isinstance(reply.get("reason"), str) and reply.get("reason"):
+        lines.append(f"why: {reply['reason']}")
+    return lines
+
+
+def _fmt(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.2f}"
+    return "-"
+
+
+def print_dry_run(submission, original, out):
+    write = out.write
+    write(b"horus-sbatch --dry-run: nothing was submitted.\n")
+    for line in explain_lines(submission):
+        write(f"# {line}\n".encode("utf-8", "backslashreplace"))
+    for name, value in sorted(submission.environment.items()):
+        write(f"environment: {name}={value}\n".encode())
+    write(("command: " + " ".join(_quote(w) for w in submission.shown_argv()) + "\n").encode(
+        "utf-8", "surrogateescape"))
+    script = submission.submitted_script(original)
+    if script is not None:
+        source = "stdin" if submission.stdin_script is not None else "file"
+        write(f"script ({source}, {len(script)} bytes):\n".encode())
+        write(script)
+        if script and not script.endswith(b"\n"):
+            write(b"\n")
+
+
+def submit(submission, sbatch, environ):
+    """Run sbatch; print what it prints (``N[;cluster]`` turned back into sbatch's sentence when the
+    user did not ask for --parsable); return its exit status."""
+    env = dict(environ)
+    env.update(submission.environment)
+    simple = (submission.script is None and submission.stdin_script is None
+              and not submission.translate_parsable)
+    if simple:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sbatch, ["sbatch"] + submission.argv, env)
+
+    import shutil
+    import subprocess
+    import tempfile
+
+    argv = list(submission.argv)
+    directory = None
+    try:
+        if submission.script is not None:
+            directory = tempfile.mkdtemp(prefix="horus-sbatch-")
+            path = os.path.join(directory, submission.script_name)
+            with open(path, "wb") as handle:
+                handle.write(submission.script)
+            argv[submission.script_index] = path
+        process = subprocess.Popen(
+            ["sbatch"] + argv, executable=sbatch, env=env,
+            stdin=subprocess.PIPE if submission.stdin_script is not None else None,
+            stdout=subprocess.PIPE if submission.translate_parsable else None)
+        if submission.stdin_script is not None:
+            try:
+                process.stdin.write(submission.stdin_script)
+                process.stdin.close()
+            except BrokenPipeError:
+                pass
+        if submission.translate_parsable:
+            out = sys.stdout.buffer
+            for line in process.stdout:
+                out.write(_sentence(line) or line)
+                out.flush()
+        return process.wait()
+    finally:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _sentence(line):
+    """``1234`` / ``1234;cluster`` -> sbatch's own ``Submitted batch job ...`` line, else None."""
+    text = line.rstrip(b"\n")
+    job, _, cluster = text.partition(b";")
+    if not job.isdigit():
+        return None
+    sentence = b"Submitted batch job " + job
+    if cluster:
+        sentence += b" on cluster " + cluster
+    return sentence + b"\n"
+
+
+def main(argv=None, environ=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    environ = os.environ if environ is None else environ
+
+    def say(text):
+        sys.stderr.write(f"horus-sbatch: {text}\n")
+        sys.stderr.flush()
+
+    from ..config import load_config
+    from ..errors import HorusError
+
+    invocation = _Invocation(argv, environ)
+    try:
+        config = load_config(environ=environ)
+        sbatch_name = config.sbatch
+    except HorusError as exc:
+        say(f"site configuration unusable ({exc}); jobs are submitted without placement")
+        config, sbatch_name = None, environ.get("HORUS_SBATCH") or "sbatch"
+    sbatch = _which(sbatch_name, environ)
     if sbatch is None:
-        sys.stderr.write("horus-sbatch: sbatch not found on PATH\n")
-        sys.exit(127)
-    os.execv(sbatch, ["sbatch", *argv])
+        say(f"{sbatch_name} not found on PATH")
+        return _exit(127)
+    if any(o.name in ("help", "usage", "version") for o in invocation.sbatch_options):
+        if not any(o.name == "help" for o in invocation.sbatch_options):
+            os.execv(sbatch, ["sbatch"] + invocation.words_without() + invocation.rest)
+        import subprocess
+
+        status = subprocess.call(["sbatch", "--help"], executable=sbatch)
+        sys.stdout.write(HORUS_HELP)
+        return _exit(status)
+    submission, original = plan(invocation, environ, say, config)
+    if "dry-run" in invocation.horus:
+        print_dry_run(submission, original, sys.stdout.buffer)
+        sys.stdout.flush()
+        return _exit(0)
+    if "explain" in invocation.horus:
+        for line in explain_lines(submission):
+            say(line)
+    return _exit(submit(submission, sbatch, environ))
+
+
+def _exit(status):
+    sys.stdout.flush()
+    sys.exit(status)
