@@ -255,7 +255,7 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
     submission.translate_parsable = "parsable" not in {o.name for o in invocation.sbatch_options}
     submission.decision = decision
     submission.decision_reply = reply
-    header = render_header(decision, binding, directives, settings.get("class"))
+    header = render_header(decision, binding, directives, settings.get("class"), hints)
     rewritten = insert_header(script, directives, header)
     if wrap is not None:
         if not invocation.given("job-name") and "SBATCH_JOB_NAME" not in environ:

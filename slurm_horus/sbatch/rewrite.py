@@ -52,6 +52,7 @@ class Decision:
         self.corunners = reply.get("corunner_slowdowns") if isinstance(
             reply.get("corunner_slowdowns"), dict) else {}
         self.reason = one_line(reply.get("reason"))
+        self.job_class = one_line(reply.get("job_class"))
         self.candidates = reply.get("candidates") if isinstance(reply.get("candidates"), list) else []
 
     def summary(self):
@@ -125,9 +126,12 @@ def exports(decision):
     return pairs
 
 
-def explanation(decision, job_class):
+def explanation(decision, job_class, hints):
     lines = [f"Placed on {decision.summary()[len(decision.decision_id) + 2:]}."]
-    lines.append(f"Job class: {job_class or 'unknown'}.")
+    known = decision.job_class or job_class or "unknown"
+    hint_text = ", ".join(f"{k[len('HORUS_'):].lower().replace('_', ' ')} {one_line(v)}"
+                          for k, v in sorted(hints.items()))
+    lines.append(f"Job class: {one_line(known)}" + (f" (hints: {hint_text})." if hint_text else "."))
     if decision.corunners:
         others = ", ".join(f"job {one_line(str(k))} -> {v:.2f}x" for k, v in sorted(decision.corunners.items())
                            if isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -149,7 +153,7 @@ def _shell_quote(value):
     return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
-def render_header(decision, binding, directives, job_class):
+def render_header(decision, binding, directives, job_class, hints):
     """The header bytes (jinja2 is imported only here: unchanged submissions never pay for it)."""
     import jinja2
 
@@ -160,7 +164,7 @@ def render_header(decision, binding, directives, job_class):
         keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
     environment.filters["sh"] = _shell_quote
     text = environment.get_template("sbatch_header.sh.j2").render(
-        decision_id=decision.decision_id, explanation=explanation(decision, job_class),
+        decision_id=decision.decision_id, explanation=explanation(decision, job_class, hints),
         binding=binding, exports=exports(decision), shell=directives.is_shell)
     data = text.encode("ascii", "backslashreplace")
     if directives.newline != b"\n":
