@@ -18,6 +18,7 @@ import os
 import sys
 
 from .options import NONE, REQUIRED, split_options, without
+from .text import one_line
 
 HORUS_OPTIONS = {
     "horus-class": REQUIRED, "horus-model": REQUIRED, "horus-batch-size": REQUIRED,
@@ -233,8 +234,8 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
         unchanged.why_unchanged = "horusd did not answer"
         return unchanged, script
     if reply.get("action") != "place":
-        unchanged.why_unchanged = "horusd leaves this job to Slurm" + (
-            f": {reply['reason']}" if isinstance(reply.get("reason"), str) and reply["reason"] else "")
+        reason = one_line(reply.get("reason"))
+        unchanged.why_unchanged = "horusd leaves this job to Slurm" + (f": {reason}" if reason else "")
         unchanged.decision_reply = reply
         return unchanged, script
 
@@ -288,19 +289,19 @@ def explain_lines(submission):
         for candidate in candidates:
             if not isinstance(candidate, dict):
                 continue
-            where = str(candidate.get("node", "?"))
+            where = one_line(str(candidate.get("node", "?")))
             gpus = candidate.get("gpus", candidate.get("gpu"))
             if isinstance(gpus, list):
-                where += " GPU " + ",".join(str(g) for g in gpus)
+                where += " GPU " + one_line(",".join(str(g) for g in gpus))
             elif gpus is not None:
-                where += f" GPU {gpus}"
+                where += " GPU " + one_line(str(gpus))
             slowdown = candidate.get("predicted_slowdown")
             worst = candidate.get("corunner_slowdown", candidate.get("worst_corunner_slowdown"))
-            note = candidate.get("why") or candidate.get("reason") or candidate.get("note") or ""
+            note = one_line(candidate.get("why") or candidate.get("reason") or candidate.get("note") or "")
             chosen = "  <- chosen" if candidate.get("chosen") else ""
             lines.append(f"  {where:<16} {_fmt(slowdown):>6} {_fmt(worst):>6}  {note}{chosen}".rstrip())
-    if isinstance(reply.get("reason"), str) and reply.get("reason"):
-        lines.append(f"why: {reply['reason']}")
+    if one_line(reply.get("reason")):
+        lines.append(f"why: {one_line(reply.get('reason'))}")
     return lines
 
 

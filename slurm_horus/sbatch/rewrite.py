@@ -16,6 +16,7 @@ Every byte of the original is kept, in order; the header uses the script's line 
 import re
 
 from .job import GPU_COUNT_OPTIONS, GPU_GRES_NAMES, gres_items
+from .text import one_line
 
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _GRES = re.compile(r"^[A-Za-z0-9_.:,()-]*$")
@@ -48,7 +49,12 @@ class Decision:
         self.mps_percentage = _number(reply, "mps_thread_percentage", int, 1, 100)
         self.grad_accum_steps = _number(reply, "grad_accum_steps", int, 1, 1 << 20)
         self.sub_batch = _number(reply, "sub_batch", int, 1, 1 << 30)
-        self.gpus = reply.get("gpus") if isinstance(reply.get("gpus"), dict) else {}
+        self.gpus = reply.get("gpus") or {}
+        if not isinstance(self.gpus, dict) or not all(
+                isinstance(node, str) and _NODE.match(node) and isinstance(indexes, list)
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in indexes)
+                for node, indexes in self.gpus.items()):
+            raise ValueError(f"bad gpus {self.gpus!r}")
         self.corunners = reply.get("corunner_slowdowns") if isinstance(
             reply.get("corunner_slowdowns"), dict) else {}
         self.reason = one_line(reply.get("reason"))
@@ -58,8 +64,7 @@ class Decision:
     def summary(self):
         where = ",".join(self.nodes)
         gpu_text = "; ".join(
-            f"{node} GPU {','.join(str(i) for i in indexes)}" for node, indexes in sorted(self.gpus.items())
-            if isinstance(indexes, list))
+            f"{node} GPU {','.join(str(i) for i in indexes)}" for node, indexes in sorted(self.gpus.items()))
         text = f"{self.decision_id}: {gpu_text or where}"
         if self.gres:
             text += f" (--gres={self.gres})"
@@ -80,13 +85,6 @@ def _number(reply, key, kind, low, high):
     if not low <= value <= high:
         raise ValueError(f"{key} {value} out of range")
     return value
-
-
-def one_line(text):
-    """Text safe inside a ``#`` comment: one line, printable ASCII."""
-    if not isinstance(text, str):
-        return ""
-    return "".join(c if " " <= c <= "~" else " " for c in text).strip()
 
 
 def binding_options(decision, view):
