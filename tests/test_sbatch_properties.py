@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_horus.sbatch.cli import _Invocation, plan
-from slurm_horus.sbatch.options import LONG_OPTIONS, NONE, REQUIRED, SHORT_OPTIONS
+from slurm_horus.sbatch.options import CANONICAL, LONG_OPTIONS, NONE, REQUIRED, SHORT_OPTIONS
 from slurm_horus.sbatch.script import read_directives
 
 from sbatch_fakes import place_reply
@@ -17,8 +17,9 @@ from sbatch_fakes import place_reply
 PLACEMENT = {"nodelist", "nodefile", "gres", "gpus", "gpus-per-node", "gpus-per-task",
              "gpus-per-socket", "exclusive", "array", "clusters", "wrap", "help", "usage",
              "version", "parsable"}
-PLAIN_REQUIRED = sorted(n for n, k in LONG_OPTIONS.items() if k == REQUIRED and n not in PLACEMENT)
-PLAIN_FLAGS = sorted(n for n, k in LONG_OPTIONS.items() if k == NONE and n not in PLACEMENT)
+PLAIN_REQUIRED = sorted(n for n, k in LONG_OPTIONS.items()
+                        if k == REQUIRED and CANONICAL.get(n, n) not in PLACEMENT)
+PLAIN_FLAGS = sorted(n for n, k in LONG_OPTIONS.items() if k == NONE and CANONICAL.get(n, n) not in PLACEMENT)
 SHORT_FOR = {long: short for short, long in SHORT_OPTIONS.items()}
 CONFIG = SimpleNamespace(socket="/nonexistent/horusd.sock", timeout_ms=100.0)
 
