@@ -1,7 +1,7 @@
 """horus-sbatch's own behaviour that needs no cluster: what --dry-run and --explain show, --wrap
 and stdin scripts, the one stderr line when horusd is silent, and answers that must not be used."""
 
-import json
+import os
 
 import pytest
 
@@ -127,3 +127,21 @@ def test_unreadable_site_config_is_one_line_and_the_job_goes_through(tmp_path, j
     (line,) = result.stderr.decode().splitlines()
     assert "horus.conf:1" in line and "unknown setting" in line
     assert result.stdout.endswith(SCRIPT)
+
+
+def test_parsable_in_the_script_counts_as_the_users(tmp_path):
+    (tmp_path / "p.sh").write_bytes(b"#!/bin/sh\n#SBATCH --parsable\n#SBATCH -G1\ntrue\n")
+    result, _ = dry_run(tmp_path, ["./p.sh"])
+    assert "command: sbatch --nodelist=n3 --gres=gpu:g2:1 --gpus=0 $TMPDIR/" in result.stdout.decode()
+
+
+def test_bare_script_name_is_found_in_the_current_directory_then_on_path(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "onpath.sh").write_bytes(SCRIPT.replace(b"train.py", b"from_path.py"))
+    (tmp_path / "horus.conf").write_text("")
+    result, _ = dry_run(tmp_path, ["onpath.sh"], env_extra={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.stdout.endswith(b"python from_path.py\n")
+    (tmp_path / "onpath.sh").write_bytes(SCRIPT.replace(b"train.py", b"from_cwd.py"))
+    result, _ = dry_run(tmp_path, ["onpath.sh"], env_extra={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.stdout.endswith(b"python from_cwd.py\n")

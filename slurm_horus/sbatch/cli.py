@@ -81,9 +81,9 @@ def _which(name, environ):
 
 
 def _script_path(name, environ):
-    """The file sbatch will read for ``name``: a path as given, or a bare name looked up on PATH
-    first and in the current directory last (sbatch's search_path)."""
-    if "/" in name:
+    """The file sbatch will read for ``name``: the name itself when it holds a ``/`` or names a file
+    in the current directory, otherwise the first readable match on PATH (as sbatch does)."""
+    if "/" in name or os.path.isfile(name):
         return name
     for directory in environ.get("PATH", "").split(os.pathsep):
         if directory:
@@ -253,10 +253,11 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
     binding = binding_options(decision, view)
     replaced = replaced_on_command_line(decision)
     words = invocation.words_without(lambda o: replaced(o) or o.name == "wrap")
-    if "parsable" not in {o.name for o in invocation.sbatch_options}:
+    user_parsable = view.given("parsable")
+    if not user_parsable:
         words = ["--parsable"] + words
     submission = Submission(words + binding)
-    submission.translate_parsable = "parsable" not in {o.name for o in invocation.sbatch_options}
+    submission.translate_parsable = not user_parsable
     submission.decision = decision
     submission.decision_reply = reply
     header = render_header(decision, binding, directives, settings.get("class"), hints)
