@@ -66,18 +66,25 @@ def job_ids(text):
     return re.findall(r"(\d+)", text)
 
 
-def import_profile(python, code, env):
-    """(total ms, {module: self ms} of the 8 slowest) from ``python -X importtime -c code``."""
-    result = subprocess.run([python, "-X", "importtime", "-c", code], env=env,
-                            capture_output=True, text=True)
-    rows = []
-    for line in result.stderr.splitlines():
-        match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
-        if match:
-            rows.append((match.group(4), int(match.group(1)) / 1000.0, len(match.group(3))))
-    total = sum(self_ms for _, self_ms, _ in rows)
-    top = sorted(((name, round(ms, 2)) for name, ms, _ in rows), key=lambda r: -r[1])[:8]
-    return round(total, 2), dict(top)
+def import_profile(python, code, env, repeats=7):
+    """(total ms, {module: self ms} of the 8 slowest), medians over ``repeats`` runs of
+    ``python -X importtime -c code`` (single runs are too noisy on a shared machine)."""
+    totals, per_module = [], {}
+    for _ in range(repeats):
+        result = subprocess.run([python, "-X", "importtime", "-c", code], env=env,
+                                capture_output=True, text=True)
+        total = 0.0
+        for line in result.stderr.splitlines():
+            match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| *(\S+)", line)
+            if match:
+                self_ms = int(match.group(1)) / 1000.0
+                total += self_ms
+                per_module.setdefault(match.group(3), []).append(self_ms)
+        totals.append(total)
+    medians = {name: round(statistics.median(values + [0.0] * (repeats - len(values))), 2)
+               for name, values in per_module.items()}
+    top = sorted(medians.items(), key=lambda item: -item[1])[:8]
+    return round(statistics.median(totals), 2), dict(top)
 
 
 def median_of(runs, argv, env):
@@ -157,7 +164,7 @@ def main():
                 "imports_unchanged_path_top_self_ms": unchanged_imports[1],
                 "imports_placed_path_ms": placed_imports[0],
                 "imports_placed_path_top_self_ms": placed_imports[1],
-                "note": "import times from one `python -X importtime` run each (self times summed); "
+                "note": "import times: medians of 7 `python -X importtime` runs (self times summed); "
                         "an editable install adds its path finder to every start-up",
             },
             "horus_sbatch": command[0],
