@@ -145,3 +145,20 @@ def test_bare_script_name_is_found_in_the_current_directory_then_on_path(tmp_pat
     (tmp_path / "onpath.sh").write_bytes(SCRIPT.replace(b"train.py", b"from_cwd.py"))
     result, _ = dry_run(tmp_path, ["onpath.sh"], env_extra={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert result.stdout.endswith(b"python from_cwd.py\n")
+
+
+def test_wrap_with_script_arguments_is_left_for_sbatch_to_refuse(tmp_path):
+    result, requests = dry_run(tmp_path, ["-G", "1", "--wrap", "true", "extra"])
+    assert requests == []
+    assert "command: sbatch -G 1 --wrap true extra\n" in result.stdout.decode()
+
+
+@pytest.mark.parametrize("line, sentence", [
+    (b"4242\n", b"Submitted batch job 4242\n"),
+    (b"4242;lab\n", b"Submitted batch job 4242 on cluster lab\n"),
+    (b"sbatch: something else\n", None),
+])
+def test_parsable_line_becomes_sbatchs_sentence(line, sentence):
+    from slurm_horus.sbatch.cli import _sentence
+
+    assert _sentence(line) == sentence

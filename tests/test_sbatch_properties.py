@@ -119,3 +119,24 @@ def test_options_not_about_placement_reach_sbatch_unchanged(groups):
 
 GPU_SPELLINGS = [["--gres=gpu:2"], ["-G", "1"], ["-G2"], ["--gpus-per-node=1"], ["--gpus-per-task", "1"],
                  ["--gres", "gpu:g1:1"]]
+
+
+argv_word = st.one_of(
+    st.sampled_from(["-G", "2", "-HG2", "--gres", "--gres=gpu:1", "--nodel", "n1", "--exclusive",
+                     "--exclusive=user", "--", ":", "-", "-w", "--no-such", "--wrap", "job.sh",
+                     "--horus-class", "--dry-run", "-", "--exc", "--time"]),
+    st.text(max_size=8))
+
+
+@given(st.lists(argv_word, max_size=12))
+def test_any_argv_splits_and_reassembles(argv):
+    from slurm_horus.sbatch.cli import HORUS_OPTIONS
+    from slurm_horus.sbatch.options import split_options, without
+
+    options, rest = split_options(argv, extra_long=HORUS_OPTIONS)
+    head = argv[:len(argv) - len(rest)]
+    assert argv[len(head):] == rest
+    assert without(head, options, lambda option: False) == head
+    spans = sorted({option.span for option in options})
+    assert [start for start, _ in spans] == [0] + [end for _, end in spans[:-1]]
+    assert (spans[-1][1] if spans else 0) == len(head)

@@ -165,6 +165,9 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
     rest = invocation.rest
     script = None
     script_name = None
+    if wrap is not None and rest:
+        unchanged.why_unchanged = "script arguments with --wrap (sbatch says why)"
+        return unchanged, None
     if wrap is not None:
         script = WRAP_HEADER + wrap.encode("utf-8", "surrogateescape") + b"\n"
     elif rest[:1] == [":"]:
