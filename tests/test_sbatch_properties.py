@@ -138,5 +138,5 @@ def test_any_argv_splits_and_reassembles(argv):
     assert argv[len(head):] == rest
     assert without(head, options, lambda option: False) == head
     spans = sorted({option.span for option in options})
-    assert [start for start, _ in spans] == [0] + [end for _, end in spans[:-1]]
+    assert [start for start, _ in spans] == ([0] + [end for _, end in spans[:-1]] if spans else [])
     assert (spans[-1][1] if spans else 0) == len(head)
