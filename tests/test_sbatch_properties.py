@@ -46,7 +46,7 @@ directive_word = st.one_of(
     st.sampled_from(["-J", "x", "--gres=gpu:1", "-G", "2", "--time=10", "-N", "hetjob", "packjob",
                      "--exclusive", "-w", "n1", "'quoted word'", '"a\\"b"', "#", "\\", "'", '"',
                      "--comment=a#b", "--array=0-3", ":", "--", "-"]),
-    st.text(st.characters(blacklist_characters="\n"), max_size=10))
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), max_size=10))
 
 directive_line = st.one_of(
     st.lists(directive_word, max_size=6).map(lambda ws: "#SBATCH " + " ".join(ws)),
