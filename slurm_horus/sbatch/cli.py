@@ -157,64 +157,61 @@ def _horus_settings(directives, invocation, environ, warn):
     return settings
 
 
+def _read_script(invocation, environ, stdin):
+    """(script bytes, file name or None, why not) for the job: the file, stdin, or --wrap's
+    command in the wrapper script sbatch itself would write."""
+    wrap = invocation.last("wrap")
+    rest = invocation.rest
+    if wrap is not None:
+        if rest:
+            return None, None, "script arguments with --wrap (sbatch says why)"
+        return WRAP_HEADER + wrap.encode("utf-8", "surrogateescape") + b"\n", None, None
+    if rest[:1] == [":"]:
+        return None, None, "heterogeneous jobs are left to Slurm"
+    words = rest[1:] if rest[:1] == ["--"] else rest
+    if not words:
+        return (stdin or sys.stdin.buffer).read(), None, None
+    try:
+        with open(_script_path(words[0], environ), "rb") as handle:
+            return handle.read(), os.path.basename(words[0]) or "script", None
+    except OSError:
+        return None, None, "the script cannot be read (sbatch says why)"
+
+
+def _why_not_place(directives, settings, view):
+    if settings.get("off"):
+        return "horus is switched off for this job (--horus-off)"
+    if not directives.shebang:
+        return "the script has no #! line (sbatch says why)"
+    if directives.error:
+        return f"sbatch will reject the directives ({directives.error})"
+    if directives.is_het:
+        return "heterogeneous jobs are left to Slurm"
+    return view.leave_alone_reason()
+
+
 def plan(invocation, environ, say, config, stdin=None, asker=None):
     """Decide what to submit; ``say`` prints one stderr line; ``config`` is the site configuration
     (None when it could not be loaded). Returns (Submission, the user's script bytes or None)."""
     unchanged = Submission(invocation.words_without() + invocation.rest)
+    script, script_name, why_not = _read_script(invocation, environ, stdin)
+    if why_not:
+        unchanged.why_unchanged = why_not
+        return unchanged, None
     wrap = invocation.last("wrap")
-    rest = invocation.rest
-    script = None
-    script_name = None
-    if wrap is not None and rest:
-        unchanged.why_unchanged = "script arguments with --wrap (sbatch says why)"
-        return unchanged, None
-    if wrap is not None:
-        script = WRAP_HEADER + wrap.encode("utf-8", "surrogateescape") + b"\n"
-    elif rest[:1] == [":"]:
-        unchanged.why_unchanged = "heterogeneous jobs are left to Slurm"
-        return unchanged, None
-    else:
-        words = rest[1:] if rest[:1] == ["--"] else rest
-        if words:
-            try:
-                with open(_script_path(words[0], environ), "rb") as handle:
-                    script = handle.read()
-            except OSError:
-                unchanged.why_unchanged = "the script cannot be read (sbatch says why)"
-                return unchanged, None
-            script_name = os.path.basename(words[0]) or "script"
-        else:
-            script = (stdin or sys.stdin.buffer).read()
-            unchanged.stdin_script = script
+    if wrap is None and script_name is None:
+        unchanged.stdin_script = script
 
+    from .job import JobView
     from .script import read_directives
 
     directives = read_directives(script)
     location = "--wrap" if wrap is not None else (script_name or "stdin")
     settings = _horus_settings(directives, invocation, environ, lambda text: say(f"{location}: {text}"))
-    if settings.get("off"):
-        unchanged.why_unchanged = "horus is switched off for this job (--horus-off)"
-        return unchanged, script
-    if not directives.shebang:
-        unchanged.why_unchanged = "the script has no #! line (sbatch says why)"
-        return unchanged, script
-    if directives.error:
-        unchanged.why_unchanged = f"sbatch will reject the directives ({directives.error})"
-        return unchanged, script
-    if directives.is_het:
-        unchanged.why_unchanged = "heterogeneous jobs are left to Slurm"
-        return unchanged, script
-
-    from .job import JobView
-
     view = JobView(directives.components[0], environ, invocation.sbatch_options)
-    reason = view.leave_alone_reason()
-    if reason:
-        unchanged.why_unchanged = reason
-        return unchanged, script
-
-    if config is None:
-        unchanged.why_unchanged = "the site configuration is unusable"
+    why_not = _why_not_place(directives, settings, view)
+    if why_not or config is None:
+        unchanged.why_unchanged = why_not or "the site configuration is unusable"
         return unchanged, script
 
     try:
@@ -239,13 +236,13 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
             "job submitted without placement")
         unchanged.why_unchanged = "horusd did not answer"
         return unchanged, script
+    unchanged.decision_reply = reply
     if reply.get("action") != "place":
         reason = one_line(reply.get("reason"))
         unchanged.why_unchanged = "horusd leaves this job to Slurm" + (f": {reason}" if reason else "")
-        unchanged.decision_reply = reply
         return unchanged, script
 
-    from .rewrite import Decision, binding_options, exports, insert_header, render_header, replaced_on_command_line
+    from .rewrite import Decision
 
     try:
         decision = Decision(reply)
@@ -253,38 +250,45 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
         say(f"horusd's answer could not be used ({exc}); job submitted without placement")
         unchanged.why_unchanged = "horusd's answer was unusable"
         return unchanged, script
+    submission = _placed(invocation, environ, view, script, directives, decision, settings, hints)
+    submission.decision_reply = reply
+    submission.script_name = script_name
+    rewritten = submission.script
+    if wrap is not None or script_name is None:
+        submission.script, submission.stdin_script = None, rewritten
+    else:
+        words = invocation.rest
+        if words[:1] == ["--"]:
+            submission.argv.append("--")
+            words = words[1:]
+        submission.script_index = len(submission.argv)
+        submission.argv += words
+    return submission, script
+
+
+def _placed(invocation, environ, view, script, directives, decision, settings, hints):
+    """The submission that binds the job where ``decision`` says (script not yet placed in argv)."""
+    from .rewrite import binding_options, exports, insert_header, render_header, replaced_on_command_line
+
     binding = binding_options(decision, view)
     replaced = replaced_on_command_line(decision)
     words = invocation.words_without(lambda o: replaced(o) or o.name == "wrap")
     user_parsable = view.given("parsable")
-    if not user_parsable:
-        words = ["--parsable"] + words
-    submission = Submission(words + binding)
+    submission = Submission(([] if user_parsable else ["--parsable"]) + words + binding)
     submission.translate_parsable = not user_parsable
     submission.decision = decision
-    submission.decision_reply = reply
+    if (invocation.last("wrap") is not None and not invocation.given("job-name")
+            and "SBATCH_JOB_NAME" not in environ):
+        submission.argv.append("--job-name=wrap")
     header = render_header(decision, binding, directives, settings.get("class"), hints)
-    rewritten = insert_header(script, directives, header)
-    if wrap is not None:
-        if not invocation.given("job-name") and "SBATCH_JOB_NAME" not in environ:
-            submission.argv.append("--job-name=wrap")
-        submission.stdin_script = rewritten
-    elif script_name is None:
-        submission.stdin_script = rewritten
-    else:
-        script_words = rest[1:] if rest[:1] == ["--"] else rest
-        submission.argv += rest[:1] if rest[:1] == ["--"] else []
-        submission.script_index = len(submission.argv)
-        submission.argv += [script_words[0]] + script_words[1:]
-        submission.script = rewritten
-        submission.script_name = script_name
+    submission.script = insert_header(script, directives, header)
     if not directives.is_shell:
         submission.environment = dict(exports(decision))
-    return submission, script
+    return submission
 
 
 def explain_lines(submission):
-    reply = getattr(submission, "decision_reply", None) or {}
+    reply = submission.decision_reply or {}
     lines = []
     if submission.decision is not None:
         lines.append(f"decision {submission.decision.summary()}")
