@@ -21,11 +21,12 @@ echo "node=$SLURMD_NODENAME job_gpus=$SLURM_JOB_GPUS gdo=$GPU_DEVICE_ORDINAL dec
 """
 
 
-def horus_sbatch(cluster, args, socket_path, tmp_path, input_text=None):
+def horus_sbatch(cluster, args, socket_path, tmp_path, input_text=None, env_extra=None):
     env = cluster.env
     for key in list(env):
         if key.startswith(("SBATCH_", "HORUS_")):
             del env[key]
+    env.update(env_extra or {})
     config = tmp_path / "horus.conf"
     config.write_text(f"socket = {socket_path}\ntimeout_ms = 5000\n")
     env["HORUS_CONFIG"] = str(config)
@@ -61,6 +62,22 @@ def test_job_runs_on_the_gpu_the_decision_named(slurm_cluster, tmp_path, node, g
     # the script asked for --gpus=2; the binding replaced that with exactly the named GPU
     assert finished_output(slurm_cluster, job) == [
         f"node={node}", f"job_gpus={gpu}", f"gdo={gpu}", "decision=h-test01"]
+
+
+@pytest.mark.parametrize("directive, env_extra", [
+    ("#SBATCH --gpus-per-node=2", {}),
+    ("#SBATCH --gpus-per-task=1\n#SBATCH --ntasks=2", {}),
+    ("", {"SBATCH_GPUS": "2"}),
+])
+def test_two_named_gpus_replace_every_spelling_of_the_request(slurm_cluster, tmp_path, directive, env_extra):
+    script = tmp_path / "show2.sh"
+    script.write_text(SHOW.replace("#SBATCH --gpus=2", directive))
+    with FakeHorusd(place_reply(node="n1", gpus=(1, 3))) as horusd:
+        result = horus_sbatch(slurm_cluster, output_options(slurm_cluster) + [str(script)],
+                              horusd.socket_path, tmp_path, env_extra=env_extra)
+    assert result.returncode == 0, result.stderr
+    assert finished_output(slurm_cluster, job_id(result.stdout)) == [
+        "node=n1", "job_gpus=1,3", "gdo=1,3", "decision=h-test01"]
 
 
 def test_shard_binding_lands_on_the_named_gpu(slurm_cluster, tmp_path):
