@@ -8,8 +8,6 @@ file:line it came from).
 """
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
 
 from .errors import ConfigError
 
@@ -49,12 +47,20 @@ def _parse_choice(*choices):
     return parse
 
 
-@dataclass(frozen=True)
 class Setting:
-    name: str
-    parse: object
-    default: object
-    help: str
+    """One site setting. A plain class: horus-sbatch loads this module on every submission, and
+    dataclasses (with inspect) and pathlib cost more start-up time than the whole module."""
+
+    __slots__ = ("name", "parse", "default", "help")
+
+    def __init__(self, name, parse, default, help):
+        self.name = name
+        self.parse = parse
+        self.default = default
+        self.help = help
+
+    def __repr__(self):
+        return f"Setting({self.name!r}, default={self.default!r})"
 
 
 SETTINGS = {
@@ -78,6 +84,8 @@ SETTINGS = {
         Setting("min_share_confidence", _parse_fraction, 0.0,
                 "only share when the model's answer comes from a source at least this trusted"),
         Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),
+        Setting("sbatch", str, "sbatch",
+                "the real sbatch that horus-sbatch runs (a path, or a name looked up on PATH)"),
         Setting("disable_file", str, "/etc/horus/disabled",
                 "kill switch: while this file exists job_submit.lua leaves every job alone"),
     ]
@@ -92,7 +100,8 @@ def parse_config_file(path):
     """Read a site file into {name: (raw_value, 'file:line')}; unknown keys are errors."""
     values = {}
     try:
-        text = Path(path).read_text()
+        with open(path) as handle:
+            text = handle.read()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -139,7 +148,7 @@ def load_config(flags=None, environ=None, path=None):
     explicit_path = path or environ.get("HORUS_CONFIG")
     config_path = explicit_path or DEFAULT_CONFIG_FILE
     from_file = {}
-    if explicit_path or Path(config_path).exists():
+    if explicit_path or os.path.exists(config_path):
         from_file = parse_config_file(config_path)
     values, sources = {}, {}
     for name, setting in SETTINGS.items():

@@ -1,0 +1,7 @@
+#!/bin/bash
+#SBATCH --job-name=small-cnn
+#SBATCH --gres=gpu:1
+#SBATCH --time=45
+#HORUS --model resnet18 --batch-size 128
+
+python train.py --batch-size "${HORUS_SUB_BATCH:-128}" --accum "${HORUS_GRAD_ACCUM_STEPS:-1}"
