@@ -17,9 +17,10 @@ class FakeHorusd:
         self.reply = reply
         self.requests = []
         self._directory = tempfile.mkdtemp(prefix="fake-horusd-")
+        # the site setting names the controller socket; horus-sbatch talks to "<socket>.user"
         self.socket_path = os.path.join(self._directory, "horusd.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(self.socket_path)
+        self._server.bind(self.socket_path + ".user")
         self._server.listen(16)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -48,7 +49,7 @@ class FakeHorusd:
     def close(self):
         self._server.close()
         try:
-            os.unlink(self.socket_path)
+            os.unlink(self.socket_path + ".user")
             os.rmdir(self._directory)
         except OSError:
             pass

@@ -50,7 +50,7 @@ def ask(placer, job_class=None, gpus=1, nodes=1, **extra):
 
 def test_ledger_keeps_a_burst_from_piling_onto_one_gpu():
     placer = make_placer()
-    chosen = [(r["nodes"], r["tres"]) for r in (ask(placer, "resnet50-bs64") for _ in range(8))]
+    chosen = [(",".join(r["nodes"]), r["tres"]) for r in (ask(placer, "resnet50-bs64") for _ in range(8))]
     assert len(set(chosen)) == 8  # 8 free GPUs, 8 decisions, no two alike
     assert len(placer.ledger) == 8
 
@@ -60,7 +60,7 @@ def test_ledger_entry_ends_when_squeue_shows_its_token():
     placer = make_placer(clock=clock)
     reply = ask(placer, "resnet50-bs64")
     gpu = int(reply["tres"].split(":g")[1].split(":")[0])
-    seen = running(7, reply["nodes"], [f"shard:g{gpu}:1(IDX:{gpu})"],
+    seen = running(7, ",".join(reply["nodes"]), [f"shard:g{gpu}:1(IDX:{gpu})"],
                    admin_comment=f"JS1:x,horus:{reply['id']}:shared:1.000:resnet50-bs64")
     clock.now += 1
     placer.load_snapshot(Snapshot([node("n1"), node("n2")], [seen], taken_at=clock()))
@@ -82,6 +82,7 @@ def test_shard_binding_for_known_class_whole_gpu_for_unknown():
     placer = make_placer()
     known = ask(placer, "resnet18-bs32")
     assert known["tres"].startswith("gres:shard:g") and known["mode"] == "shared" and known["class"] == "resnet18-bs32"
+    assert known["gres"] == known["tres"][len("gres:"):] and known["job_class"] == "resnet18-bs32"
     unknown = ask(placer)
     assert unknown["tres"].startswith("gres:gpu:g") and unknown["mode"] == "exclusive"
     assert unknown["binding"] == "indexed" and unknown["class"] == "unknown"
@@ -91,14 +92,14 @@ def test_indexed_and_node_bindings():
     indexed = ask(make_placer(binding="indexed"), "resnet18-bs32", gpus=2)
     assert indexed["tres"].count("gres:gpu:g") == 2 and indexed["mode"] == "exclusive"
     node_only = ask(make_placer(binding="node"), "resnet18-bs32", gpus=2)
-    assert node_only["tres"] == "gres:gpu:2" and node_only["nodes"] in ("n1", "n2")
+    assert node_only["tres"] == "gres:gpu:2" and node_only["nodes"] in (["n1"], ["n2"]) and node_only["gres"] == "gpu:2"
 
 
 def test_multi_node_job_with_different_indices_falls_back_to_node_binding():
     busy = running(1, "n1", ["gpu:g0:1(IDX:0)"])
     placer = make_placer(binding="indexed", jobs=[busy])
     reply = ask(placer, "resnet18-bs32", gpus=3, nodes=2)
-    assert reply["action"] == "place" and reply["nodes"] == "n1,n2"
+    assert reply["action"] == "place" and reply["nodes"] == ["n1", "n2"]
     # n1 can only offer 1,2,3 and n2 offers 0,1,2: one tres_per_node string cannot say both
     assert reply["binding"] == "node" and reply["tres"] == "gres:gpu:3"
 
@@ -134,7 +135,7 @@ def test_after_leaving_a_job_to_slurm_nothing_is_pinned_until_a_fresh_state():
 def test_down_and_drained_nodes_get_nothing():
     placer = make_placer(nodes=[node("n1", state="down"), node("n2", state="drained"), node("n3")])
     replies = [ask(placer, "resnet50-bs64") for _ in range(5)]
-    assert {r["nodes"] for r in replies if r["action"] == "place"} == {"n3"}
+    assert {",".join(r["nodes"]) for r in replies if r["action"] == "place"} == {"n3"}
 
 
 def test_dry_run_records_nothing():

@@ -201,3 +201,35 @@ def test_job_goes_through_untouched_while_horusd_is_stopped(clean):
     assert "horus:" not in detail(clean, job)[1]
     assert elapsed < 5
     assert "unchanged: horusd receive: timeout" in (clean.root / "log" / "slurmctld.log").read_text()
+
+
+def test_horus_sbatch_asks_the_real_horusd_and_the_job_runs_where_it_said(clean, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:1\necho GDO=$GPU_DEVICE_ORDINAL\nsleep 300\n")
+    env = dict(clean.env, HORUS_CONFIG=str(clean.horus_config))
+    argv = [sys.executable, "-c", "from slurm_horus.sbatch.cli import main; main()"]
+    dry = subprocess.run(argv + ["--horus-class", "resnet18-bs32", "--dry-run", str(script)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "--gres=shard:g" in dry.stdout
+    result = subprocess.run(argv + ["--horus-class", "resnet18-bs32", "--parsable",
+                                    f"--output={clean.root}/jobs/slurm-%j.out", str(script)],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    job = int(result.stdout.strip().split(";")[0])
+    wait_running(clean, [job])
+    node, _, held = detail(clean, job)
+    decided = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
+               if "class=resnet18-bs32" in line and "action=place" in line][-1]
+    assert f"nodes={node} tres=gres:shard:g{held['shard'][0]}:1" in decided
+    deadline = time.monotonic() + 10
+    output = ""
+    while time.monotonic() < deadline and "GDO=" not in output:
+        try:
+            output = clean.job_output(job)
+        except FileNotFoundError:
+            time.sleep(0.2)
+    assert f"GDO={held['shard'][0]}" in output

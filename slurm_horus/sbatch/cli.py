@@ -230,9 +230,11 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
                            "explain" in invocation.horus, dry_run)
     if asker is None:
         from ..service.protocol import ask as asker
-    reply = asker(request, config.socket, config.timeout_ms / 1000.0)
+    # users reach horusd through its peer-checked user socket (the controller socket is 0600)
+    user_socket = config.socket + ".user"
+    reply = asker(request, user_socket, config.timeout_ms / 1000.0)
     if reply is None:
-        say(f"no answer from horusd at {config.socket} within {config.timeout_ms:g} ms; "
+        say(f"no answer from horusd at {user_socket} within {config.timeout_ms:g} ms; "
             "job submitted without placement")
         unchanged.why_unchanged = "horusd did not answer"
         return unchanged, script

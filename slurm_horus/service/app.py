@@ -102,7 +102,7 @@ class Horusd:
         reply = placer.place(message)
         elapsed_ms = (time.perf_counter() - started) * 1000
         log.info("horus: decision user=%s class=%s action=%s nodes=%s tres=%s slowdown=%s in %.2f ms: %s",
-                 message.get("user"), reply.get("class"), reply.get("action"), reply.get("nodes"),
+                 message.get("user"), reply.get("class"), reply.get("action"), ",".join(reply.get("nodes") or ()),
                  reply.get("tres"), reply.get("slowdown"), elapsed_ms, reply.get("reason"))
         return reply
 

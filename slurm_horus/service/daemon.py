@@ -215,7 +215,7 @@ class Placer:
             if not decision.placed:
                 if record and not message.get("dry_run"):
                     self._left_to_slurm()
-                return unchanged(decision.reason, candidates=decision.to_dict()["candidates"])
+                return unchanged(decision.reason, candidates=explain_candidates(decision))
             if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
                 return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
             reply = self._reply(decision, req, job_class, decision_id)
@@ -257,7 +257,9 @@ class Placer:
                 partition = next(p for p in req.extra_partitions if p in node.partitions)
         return {
             "ok": True, "action": "place", "id": decision_id, "decision_id": decision_id,
-            "nodes": ",".join(decision.nodes), "gpus": node_gpus, "tres": tres, "gres": tres,
+            # tres: job_desc's tres_per_node (job_submit.lua); gres: the same as sbatch --gres
+            "nodes": list(decision.nodes), "gpus": node_gpus, "tres": tres,
+            "gres": ",".join(item[len("gres:"):] for item in tres.split(",")), "job_class": job_class,
             "binding": binding_used, "mode": mode, "class": job_class,
             "slowdown": round(decision.predicted_slowdown, 3),
             "predicted_slowdown": round(decision.predicted_slowdown, 3),
@@ -265,8 +267,22 @@ class Placer:
                                    for k, v in decision.corunner_norm_tput.items()},
             "reason": decision.reason, "policy": decision.policy, "partition": partition or None,
             "age": round(self.state_age(), 3),
-            "candidates": decision.to_dict()["candidates"],
+            "candidates": explain_candidates(decision),
         }
+
+
+def explain_candidates(decision):
+    """The candidates a policy weighed, in the shape ``horus-sbatch --explain`` prints."""
+    chosen = {f"{node}:gpu{index}" for node, indices in decision.gpus.items() for index in indices}
+    out = []
+    for candidate in decision.candidates:
+        node, _, gpu = candidate.where.partition(":gpu")
+        out.append({
+            "node": node, "gpus": [int(gpu)] if gpu.isdigit() else [],
+            "predicted_slowdown": round(1.0 / candidate.job_tput, 3) if candidate.job_tput > 0 else None,
+            "why": f"{candidate.note}; score {candidate.score:.3f}", "chosen": candidate.where in chosen,
+        })
+    return out
 
 
 def unchanged(reason, **extra):

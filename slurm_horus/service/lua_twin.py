@@ -190,6 +190,8 @@ def encode_kv_reply(reply):
     parts = []
     for key in sorted(reply):
         value = reply[key]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)  # e.g. nodes
         if value is None or isinstance(value, (dict, list)):
             continue
         if isinstance(value, bool):
