@@ -317,10 +317,18 @@ local function log(fmt, ...)
   if slurm and slurm.log_info then slurm.log_info(fmt, ...) end
 end
 
+local function now_ms()
+  local ok, socket = pcall(require, "socket")
+  if ok and socket.gettime then return socket.gettime() * 1000 end
+  return os.time() * 1000
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
+  local started = now_ms()
   local ok, outcome = pcall(horus.submit, job_desc, submit_uid)
   if ok then
-    log("horus: job name=%s uid=%s %s", tostring(job_desc.name), tostring(submit_uid), tostring(outcome))
+    log("horus: job name=%s uid=%s %s (%.2f ms)", tostring(job_desc.name), tostring(submit_uid), tostring(outcome),
+      now_ms() - started)
   else
     log("horus: error (job left unchanged): %s", tostring(outcome))
   end

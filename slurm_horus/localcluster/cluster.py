@@ -129,7 +129,7 @@ class LocalCluster:
 
     def __init__(self, directory=None, nodes=DEFAULT_NODES, gpus=DEFAULT_GPUS, with_dbd=False,
                  job_submit_lua=None, cluster_name=DEFAULT_CLUSTER_NAME, base_port=None,
-                 use_golden_db=True, horus=False, horus_settings=None):
+                 use_golden_db=True, horus=False, horus_settings=None, job_submit_plugin=True):
         if nodes < 1 or gpus < 1:
             raise InputError("a local cluster needs at least 1 node and 1 GPU per node")
         self.temporary = directory is None
@@ -144,6 +144,7 @@ class LocalCluster:
         # horus: also run horusd and install the placing job_submit.lua (else the logging-only one)
         self.horus = horus
         self.horus_settings = dict(horus_settings or {})
+        self.job_submit_plugin = job_submit_plugin  # False: no JobSubmitPlugins line (a baseline)
         self.layout = ClusterLayout(directory) if directory is not None else None
         self.ports = {}
         self.daemons = []  # [{"name", "pid"}], in start order
@@ -342,7 +343,8 @@ class LocalCluster:
     def _write_configs(self):
         layout = self.layout
         layout.slurm_conf.write_text(files.slurm_conf(
-            layout, self.ports, self.nodes, self.gpus, self.cluster_name, self.with_dbd))
+            layout, self.ports, self.nodes, self.gpus, self.cluster_name, self.with_dbd,
+            job_submit_plugin=self.job_submit_plugin))
         (layout.etc / "gres.conf").write_text(files.gres_conf(layout, self.nodes, self.gpus))
         if self.with_dbd:
             dbd_conf = layout.etc / "slurmdbd.conf"

@@ -27,7 +27,7 @@ def accounting_tres(gpus):
     return ",".join(["gres/gpu", "gres/shard"] + [f"gres/gpu:{t}" for t in gpu_types(gpus)])
 
 
-def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd):
+def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_plugin=True):
     """slurm.conf text. ``layout`` is a ClusterLayout, ``ports`` a dict of port numbers."""
     d = layout
     node_gres = ",".join([f"gpu:{t}:1" for t in gpu_types(gpus)] + [f"shard:{SHARDS_PER_GPU * gpus}"])
@@ -58,7 +58,7 @@ def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd):
         "SelectTypeParameters=CR_Core_Memory",
         "SchedulerType=sched/backfill",
         "SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_interval=5",
-        "JobSubmitPlugins=lua",
+        "JobSubmitPlugins=lua" if job_submit_plugin else "#JobSubmitPlugins=lua (off for this cluster)",
         "GresTypes=gpu,shard,mps",
         "JobAcctGatherType=jobacct_gather/linux",
         "JobAcctGatherFrequency=task=2",
