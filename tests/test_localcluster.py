@@ -119,6 +119,14 @@ def test_replaced_job_submit_lua_is_picked_up_even_twice_in_one_second(slurm_clu
         slurm_cluster.install_job_submit(resource_path("job_submit_lua", "job_submit.lua"))
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
+def test_dir_below_a_private_directory_is_refused_with_the_reason(tmp_path):
+    os.chmod(tmp_path, 0o700)
+    with pytest.raises(InputError, match="not searchable by others"):
+        LocalCluster(directory=tmp_path / "c", nodes=1, gpus=1).up()
+
+
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_broken_job_submit_lua_is_refused_before_anything_starts(tmp_path):
     bad = tmp_path / "job_submit.lua"
     bad.write_text("function slurm_job_submit(\n  this is not lua\n")
@@ -171,6 +179,7 @@ def cluster_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir):
     directory = cluster_dir
     up = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory), "--nodes", "2", "--gpus", "2"],
@@ -201,6 +210,7 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     assert stopped.returncode == 1 and "not running" in stopped.stdout
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_port_clash_picks_another_port():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -215,6 +225,7 @@ def test_port_clash_picks_another_port():
             assert cluster.down() == []
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_daemon_losing_a_port_race_restarts_the_cluster_on_fresh_ports(monkeypatch):
     real_pick = procs.pick_free_ports
     calls = []
@@ -283,6 +294,7 @@ def test_run_slurm_failure_carries_the_commands_message(slurm_cluster):
     assert str(info.value).startswith("scontrol failed (exit 1): ") and "Invalid job id" in str(info.value)
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_run_slurm_timeout_and_missing_program_are_clear_errors(tmp_path):
     # Without a readable slurm.conf a Slurm CLI retries for 60 s: the timeout must cut it short.
     with pytest.raises(SlurmCommandError, match="sinfo timed out after 1 s"):
