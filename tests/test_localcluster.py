@@ -194,6 +194,8 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [
         "munged", "slurmctld", "slurmd-n1", "slurmd-n2"]
+    again = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory)], capture_output=True, text=True)
+    assert again.returncode == 2 and "already running" in again.stderr
     cluster = LocalCluster.attach(directory)
     jobs = [cluster.sbatch(["-w", node, "--gres=gpu:1"], "#!/bin/sh\nsleep 300\n") for node in ("n1", "n2")]
     cluster.wait_jobs(jobs, states={"RUNNING"}, timeout=30)
