@@ -87,10 +87,16 @@ STEPS: List[Step] = [
 ]
 
 
-def run_demo(steps=None, echo=click.echo, directory=None, keep=False):
-    """Run ``steps`` (default :data:`STEPS`) in order, then tear the cluster down (unless ``keep``)."""
+def run_demo(steps=None, echo=click.echo, directory=None, keep=False, cluster=None):
+    """Run ``steps`` (default :data:`STEPS`) in order, then tear the cluster down (unless ``keep``).
+
+    With a running ``cluster`` (tests), the start step is skipped and the cluster is left running.
+    """
     steps = STEPS if steps is None else steps
-    ctx = DemoContext(echo=echo, options={"directory": directory})
+    ctx = DemoContext(echo=echo, options={"directory": directory}, cluster=cluster)
+    if cluster is not None:
+        steps = [step for step in steps if step.run is not start_cluster]
+        keep = True
     started = time.monotonic()
     try:
         for number, step in enumerate(steps, 1):

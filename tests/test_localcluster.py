@@ -17,6 +17,7 @@ import pytest
 from slurm_horus.errors import InputError
 from slurm_horus.localcluster import LocalCluster, prerequisite_problems
 from slurm_horus.localcluster import procs
+from slurm_horus.resources import resource_path
 from slurm_horus.localcluster.prereq import CORE_REQUIREMENTS, PrerequisiteError, check_prerequisites
 from slurm_horus.slurm import GresItem, SlurmCommandError, run_slurm
 
@@ -101,27 +102,31 @@ def test_logging_job_submit_lua_is_loaded_and_logs_each_submission(slurm_cluster
     assert re.search(rf"horus: submit name={name} uid=0 .*tres_per_node=gres:gpu:1", log)
 
 
-def test_replaced_job_submit_lua_is_picked_up_by_the_running_cluster(slurm_cluster, tmp_path):
-    word = uuid.uuid4().hex[:8]
-    lua = tmp_path / "job_submit.lua"
-    original = slurm_cluster.root / "etc" / "job_submit.lua"
-    lua.write_text(original.read_text().replace('"horus: submit ', f'"horus: {word} submit '))
-    slurm_cluster.install_job_submit(lua)
+def test_replaced_job_submit_lua_is_picked_up_even_twice_in_one_second(slurm_cluster, tmp_path):
+    original = (slurm_cluster.root / "etc" / "job_submit.lua").read_text()
+    log = slurm_cluster.root / "log" / "slurmctld.log"
+    held = []
     try:
-        job = slurm_cluster.sbatch(["--job-name=reloaded"])
-        slurm_cluster.wait_jobs([job])
-        assert f"horus: {word} submit name=reloaded" in (slurm_cluster.root / "log" / "slurmctld.log").read_text()
+        for round_ in range(2):  # the second copy lands within a second of the first one's load
+            word = uuid.uuid4().hex[:8]
+            lua = tmp_path / f"job_submit_{round_}.lua"
+            lua.write_text(original.replace('"horus: submit ', f'"horus: {word} submit '))
+            slurm_cluster.install_job_submit(lua)
+            held.append(slurm_cluster.sbatch([f"--job-name=reload{round_}", "--hold"]))
+            assert f"horus: {word} submit name=reload{round_}" in log.read_text()
     finally:
-        from slurm_horus.resources import resource_path
+        slurm_cluster.run(["scancel", *map(str, held)])
         slurm_cluster.install_job_submit(resource_path("job_submit_lua", "job_submit.lua"))
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_dir_below_a_private_directory_is_refused_with_the_reason(tmp_path):
     os.chmod(tmp_path, 0o700)
     with pytest.raises(InputError, match="not searchable by others"):
         LocalCluster(directory=tmp_path / "c", nodes=1, gpus=1).up()
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_broken_job_submit_lua_is_refused_before_anything_starts(tmp_path):
     bad = tmp_path / "job_submit.lua"
     bad.write_text("function slurm_job_submit(\n  this is not lua\n")
@@ -174,6 +179,7 @@ def cluster_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir):
     directory = cluster_dir
     up = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory), "--nodes", "2", "--gpus", "2"],
@@ -188,6 +194,8 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [
         "munged", "slurmctld", "slurmd-n1", "slurmd-n2"]
+    again = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory)], capture_output=True, text=True)
+    assert again.returncode == 2 and "already running" in again.stderr
     cluster = LocalCluster.attach(directory)
     jobs = [cluster.sbatch(["-w", node, "--gres=gpu:1"], "#!/bin/sh\nsleep 300\n") for node in ("n1", "n2")]
     cluster.wait_jobs(jobs, states={"RUNNING"}, timeout=30)
@@ -204,6 +212,7 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     assert stopped.returncode == 1 and "not running" in stopped.stdout
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_port_clash_picks_another_port():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -218,6 +227,7 @@ def test_port_clash_picks_another_port():
             assert cluster.down() == []
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_daemon_losing_a_port_race_restarts_the_cluster_on_fresh_ports(monkeypatch):
     real_pick = procs.pick_free_ports
     calls = []
@@ -286,6 +296,7 @@ def test_run_slurm_failure_carries_the_commands_message(slurm_cluster):
     assert str(info.value).startswith("scontrol failed (exit 1): ") and "Invalid job id" in str(info.value)
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_run_slurm_timeout_and_missing_program_are_clear_errors(tmp_path):
     # Without a readable slurm.conf a Slurm CLI retries for 60 s: the timeout must cut it short.
     with pytest.raises(SlurmCommandError, match="sinfo timed out after 1 s"):

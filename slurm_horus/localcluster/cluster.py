@@ -241,8 +241,9 @@ class LocalCluster:
     def install_job_submit(self, lua_file):
         """Validate ``lua_file`` and copy it beside slurm.conf as job_submit.lua.
 
-        slurmctld reloads the script when its mtime changes (1 s resolution), so a running cluster
-        picks the new file up at the next submission; the mtime is moved forward to make sure.
+        slurmctld reloads the script at the next submission when its mtime (whole seconds) is later
+        than the time it last loaded one, so the copy's mtime is set one second ahead: a file
+        replaced in the same second as the last load is still picked up.
         """
         validate_lua(lua_file)
         target = self.layout.etc / "job_submit.lua"
@@ -250,7 +251,7 @@ class LocalCluster:
         tmp = target.with_suffix(".lua.tmp")
         shutil.copyfile(lua_file, tmp)
         os.replace(tmp, target)
-        bumped = max(time.time(), previous + 1.0)
+        bumped = max(time.time() + 1.0, previous + 1.0)
         os.utime(target, (bumped, bumped))
         return target
 
