@@ -51,7 +51,8 @@ def cli():
 def main(argv=None):
     """Entry point: user-facing errors become one line on stderr and a non-zero exit."""
     try:
-        cli.main(args=argv, prog_name="horus", standalone_mode=False)
+        # with standalone_mode=False click returns a command's exit code instead of exiting
+        code = cli.main(args=argv, prog_name="horus", standalone_mode=False)
     except HorusError as exc:
         click.echo(f"horus: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -63,7 +64,7 @@ def main(argv=None):
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

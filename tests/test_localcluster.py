@@ -116,7 +116,7 @@ def test_replaced_job_submit_lua_is_picked_up_even_twice_in_one_second(slurm_clu
             assert f"horus: {word} submit name=reload{round_}" in log.read_text()
     finally:
         slurm_cluster.run(["scancel", *map(str, held)])
-        slurm_cluster.install_job_submit(resource_path("job_submit_lua", "job_submit.lua"))
+        slurm_cluster.install_job_submit(resource_path("job_submit_lua", "job_submit_logging.lua"))
 
 
 @pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
