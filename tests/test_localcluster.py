@@ -193,7 +193,7 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     status = json.loads(subprocess.run(HORUS + ["local-cluster", "status", "--dir", str(directory), "--json"],
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [
-        "munged", "slurmctld", "slurmd-n1", "slurmd-n2"]
+        "munged", "slurmctld", "slurmd-n1", "slurmd-n2", "horusd"]  # horusd by default (--no-horus: none)
     again = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory)], capture_output=True, text=True)
     assert again.returncode == 2 and "already running" in again.stderr
     cluster = LocalCluster.attach(directory)
