@@ -233,3 +233,56 @@ def test_horus_sbatch_asks_the_real_horusd_and_the_job_runs_where_it_said(clean,
         except FileNotFoundError:
             time.sleep(0.2)
     assert f"GDO={held['shard'][0]}" in output
+
+
+def test_garbage_from_the_socket_leaves_jobs_unchanged(clean):
+    import socket as socketlib
+    import threading
+
+    path = clean.horus_socket
+    os.rename(path, path + ".real")  # horusd keeps listening on the moved inode
+    server = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)
+    junk = [b"ok=1;action=place;nodes=n1;tres=gres:gpu:g0:1\n", b"\x00\xff\n",
+            b"ok=1;action=place;id=x;nodes=n1 && reboot;tres=gres:gpu:g0:1;age=0\n", b""]
+
+    def serve():
+        for reply in junk:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        jobs = [clean.sbatch(["-H", "--gres=gpu:1", "--comment=class=lm-bs20"], FILLER) for _ in junk]
+        thread.join(5)
+    finally:
+        server.close()
+        os.unlink(path)
+        os.rename(path + ".real", path)
+    queue = {j.job_id: j for j in clean.queue()}
+    assert all(queue[j].tres_per_node == "gres:gpu:1" and "horus:" not in queue[j].admin_comment for j in jobs)
+    log = (clean.root / "log" / "slurmctld.log").read_text()
+    for why in ("unchanged: bad id", "unchanged: malformed reply", "unchanged: bad nodes", "unchanged: horusd receive"):
+        assert why in log
+
+
+def test_killed_horusd_costs_nothing_and_a_restart_resumes(horus_cluster):
+    from slurm_horus.localcluster import horus as horus_local
+
+    cluster = horus_cluster
+    cluster.cancel_all_jobs()
+    os.kill(horusd_pid(cluster), signal.SIGKILL)
+    cluster.daemons = [d for d in cluster.daemons if d["name"] != "horusd"]
+    job = cluster.sbatch(["-H", "--gres=gpu:1", "--comment=class=lm-bs20"], FILLER)
+    assert "horus:" not in detail(cluster, job)[1]
+    last = [line for line in (cluster.root / "log" / "slurmctld.log").read_text().splitlines() if "lua: horus:" in line][-1]
+    assert "unchanged: horusd" in last  # connect refused, or closed if the kill was still under way
+    horus_local.start_horusd(cluster, 60)
+    cluster._write_state()
+    placed = cluster.sbatch(["-H", "--gres=gpu:1", "--comment=class=lm-bs20"], FILLER)
+    assert "horus:" in detail(cluster, placed)[1]
+    cluster.cancel_all_jobs()
