@@ -129,7 +129,8 @@ class LocalCluster:
 
     def __init__(self, directory=None, nodes=DEFAULT_NODES, gpus=DEFAULT_GPUS, with_dbd=False,
                  job_submit_lua=None, cluster_name=DEFAULT_CLUSTER_NAME, base_port=None,
-                 use_golden_db=True, horus=False, horus_settings=None, job_submit_plugin=True):
+                 use_golden_db=True, horus=False, horus_settings=None, job_submit_plugin=True,
+                 partitions=None, extra_conf=(), cred_expire=None):
         if nodes < 1 or gpus < 1:
             raise InputError("a local cluster needs at least 1 node and 1 GPU per node")
         self.temporary = directory is None
@@ -145,6 +146,9 @@ class LocalCluster:
         self.horus = horus
         self.horus_settings = dict(horus_settings or {})
         self.job_submit_plugin = job_submit_plugin  # False: no JobSubmitPlugins line (a baseline)
+        self.partitions = partitions  # PartitionName= lines (default: "debug" over all nodes)
+        self.extra_conf = list(extra_conf)  # more slurm.conf lines (e.g. preemption)
+        self.cred_expire = cred_expire  # seconds; also the wait of a requeued job (Slurm's default 120)
         self.layout = ClusterLayout(directory) if directory is not None else None
         self.ports = {}
         self.daemons = []  # [{"name", "pid"}], in start order
@@ -345,7 +349,8 @@ class LocalCluster:
         layout = self.layout
         layout.slurm_conf.write_text(files.slurm_conf(
             layout, self.ports, self.nodes, self.gpus, self.cluster_name, self.with_dbd,
-            job_submit_plugin=self.job_submit_plugin))
+            job_submit_plugin=self.job_submit_plugin, partitions=self.partitions, extra_lines=self.extra_conf,
+            cred_expire=self.cred_expire))
         (layout.etc / "gres.conf").write_text(files.gres_conf(layout, self.nodes, self.gpus))
         if self.with_dbd:
             dbd_conf = layout.etc / "slurmdbd.conf"

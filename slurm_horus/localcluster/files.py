@@ -27,7 +27,8 @@ def accounting_tres(gpus):
     return ",".join(["gres/gpu", "gres/shard"] + [f"gres/gpu:{t}" for t in gpu_types(gpus)])
 
 
-def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_plugin=True):
+def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_plugin=True, partitions=None,
+               extra_lines=(), cred_expire=None):
     """slurm.conf text. ``layout`` is a ClusterLayout, ``ports`` a dict of port numbers."""
     d = layout
     node_gres = ",".join([f"gpu:{t}:1" for t in gpu_types(gpus)] + [f"shard:{SHARDS_PER_GPU * gpus}"])
@@ -38,7 +39,8 @@ def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_pl
         "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",
-        f"AuthInfo=socket={d.munge_socket}",
+        # cred_expire also sets how long a requeued job waits before it may start again (default 120 s)
+        f"AuthInfo=socket={d.munge_socket}" + (f",cred_expire={cred_expire}" if cred_expire else ""),
         "CredType=cred/munge",
         f"StateSaveLocation={d.state}",
         f"SlurmdSpoolDir={d.spool}/%n",
@@ -90,7 +92,9 @@ def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_pl
             f"CPUs={CPUS_PER_NODE} Boards=1 SocketsPerBoard=1 CoresPerSocket={CPUS_PER_NODE} "
             f"ThreadsPerCore=1 RealMemory={REAL_MEMORY_MB} Gres={node_gres} State=UNKNOWN"
         )
-    lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    # partitions: None = one "debug" partition over all nodes; else complete PartitionName= lines
+    lines.extend(partitions or ["PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"])
+    lines.extend(extra_lines)
     return "\n".join(lines) + "\n"
 
 
