@@ -286,3 +286,29 @@ def test_killed_horusd_costs_nothing_and_a_restart_resumes(horus_cluster):
     placed = cluster.sbatch(["-H", "--gres=gpu:1", "--comment=class=lm-bs20"], FILLER)
     assert "horus:" in detail(cluster, placed)[1]
     cluster.cancel_all_jobs()
+
+
+def run_doctor(cluster, slurm_conf, extra_env=None):
+    import subprocess
+    import sys
+
+    env = dict(cluster.env, HORUS_CONFIG=str(cluster.horus_config), **(extra_env or {}))
+    return subprocess.run([sys.executable, "-m", "slurm_horus", "doctor", "--slurm-conf", str(slurm_conf)],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_doctor_passes_the_local_cluster_and_names_what_is_wrong(horus_cluster, tmp_path):
+    good = run_doctor(horus_cluster, horus_cluster.slurm_conf)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "error:" not in good.stdout
+    broken = tmp_path / "etc"
+    broken.mkdir()
+    (broken / "slurm.conf").write_text(horus_cluster.slurm_conf.read_text().replace("JobSubmitPlugins=lua", "")
+                                       .replace("DefMemPerCPU", "#DefMemPerCPU"))
+    (broken / "gres.conf").write_text("AutoDetect=nvml\nName=gpu File=/dev/nvidia[0-3]\n")
+    (broken / "job_submit.lua").write_text("function slurm_job_submit(\n")
+    bad = run_doctor(horus_cluster, broken / "slurm.conf", {"HORUS_SOCKET": str(tmp_path / "none.sock")})
+    assert bad.returncode == 1
+    for expected in ("JobSubmitPlugins does not include lua", "no DefMemPerCPU", "AutoDetect=nvml",
+                     "does not compile", "horusd socket not found"):
+        assert expected in bad.stdout, bad.stdout
