@@ -27,15 +27,26 @@ _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l
 
 
 class SlurmReader:
-    """Reads the cluster from ``sinfo --json`` and ``squeue --json`` (22.05 has no scontrol --json)."""
+    """Reads the cluster from ``sinfo --json`` and ``squeue --json`` (22.05 has no scontrol --json).
 
-    def __init__(self, slurm_conf=None, timeout_s=10.0):
+    Jobs come and go every few seconds, nodes rarely: ``sinfo`` is re-read only every
+    ``nodes_every`` reads (and on the first), which halves what a refresh costs slurmctld.
+    """
+
+    def __init__(self, slurm_conf=None, timeout_s=10.0, nodes_every=5):
         self.slurm_conf = slurm_conf
         self.timeout_s = timeout_s
+        self.nodes_every = nodes_every
+        self._reads = 0
+        self._nodes = None
 
     def read(self):
         taken_at = time.time()
-        nodes = parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=self.slurm_conf, timeout=self.timeout_s).stdout)
+        if self._nodes is None or self._reads % self.nodes_every == 0:
+            self._nodes = parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=self.slurm_conf,
+                                                timeout=self.timeout_s).stdout)
+        self._reads += 1
+        nodes = self._nodes
         jobs = parse_squeue(run_slurm(["squeue", "--json"], slurm_conf=self.slurm_conf, timeout=self.timeout_s).stdout)
         features = {}
         for node in nodes:
@@ -82,6 +93,7 @@ class Horusd:
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
         self.placer.on_left_to_slurm = self.wake.set
         self.refresh_errors = 0
+        self.refresh_interval = config.refresh_s
         self._refresher = None
 
     # ---- requests -------------------------------------------------------------------------------
@@ -96,7 +108,7 @@ class Horusd:
         if op != "place":
             return {"ok": False, "error": f"unknown op {op!r}"}
         placer = self.placer  # one consistent placer per request, even during a reload
-        if placer.state_age() > max(30.0, 10 * self.config.refresh_s):
+        if placer.state_age() > max(30.0, 10 * self.config.refresh_s, 3 * self.refresh_interval):
             return unchanged("cluster state is stale")
         started = time.perf_counter()
         reply = placer.place(message)
@@ -112,13 +124,19 @@ class Horusd:
         self.placer.load_snapshot(snapshot)
 
     def _refresh_loop(self):
+        last_cost = 0.0
         while not self.stopping.is_set():
-            self.wake.wait(self.config.refresh_s)
+            # never spend more than ~5 % of the time refreshing: a huge queue makes squeue --json
+            # slow, and slurmctld answers every submission more slowly while it serves us
+            self.refresh_interval = max(self.config.refresh_s, 20 * last_cost)
+            self.wake.wait(self.refresh_interval)
             self.wake.clear()
             if self.stopping.is_set():
                 return
+            started = time.monotonic()
             try:
                 self.refresh_once()
+                last_cost = time.monotonic() - started
                 self.refresh_errors = 0
             except Exception as exc:  # Slurm slow or down: keep the old state, it ages out
                 self.refresh_errors += 1
