@@ -35,6 +35,7 @@ class SchedulingContext:
     now: float = 0.0
     n_waiting: int = 0  # jobs waiting, this one included
     waiting_gpus: int = 0  # GPUs those jobs ask for
+    waiting_work: float = 0.0  # their predicted GPU-seconds
     extra: Dict[str, object] = field(default_factory=dict)
 
 
@@ -63,6 +64,9 @@ class Policy:
     max_jobs_per_gpu = 2  # with sharing: at most this many jobs on one GPU
     lending = False  # may jobs use GPUs of their ``extra_partitions``
     comm_penalty = 0.05  # score lost per extra NVLink/PCIe group a multi-GPU job spans
+    # whether a decision depends on the job's predicted duration (not only its class and shape):
+    # callers may reuse a "does not fit" answer for an identical request while nothing changed
+    uses_duration = False
 
     def __init__(self, pairs: Optional[PairTable] = None, **options):
         self.pairs = pairs
@@ -79,11 +83,18 @@ class Policy:
     def order(self, queue: Sequence[JobRequest]) -> List[JobRequest]:
         return sorted(queue, key=self.queue_key)
 
+    def pair_tables(self) -> List[PairTable]:
+        return [self.pairs] if self.pairs is not None else []
+
     # ---- learning -------------------------------------------------------------------------------
     def observe(self, gpu_type: str, target: str, corunner: str, norm_tput: float):
         """A pair was measured on the cluster (finished jobs, NVML): refine the predictions."""
         if self.pairs is not None:
             self.pairs.observe(gpu_type, target, corunner, norm_tput)
+
+    def urgent_duration(self, state: ClusterState, ctx: SchedulingContext) -> float:
+        """Waiting jobs predicted to run at least this long go first (inf: none; see horus)."""
+        return math.inf
 
     def reclaim(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> List[str]:
         """Running jobs to preempt so that ``req`` can start (none by default)."""
@@ -126,25 +137,29 @@ class Policy:
         resident = state.gpu_class0[idx]
         free = resident < 0
         cycle.free, cycle.resident = free, resident
-        job_tput = np.ones(len(idx))
-        res_tput = np.ones(len(idx))
-        if self.pairs is not None and not free.all():
-            shared = ~free
-            rs = resident[shared]
+        if free.all():
+            cycle.job_tput = cycle.res_tput = np.ones(len(idx))
+            return
+        shared = ~free
+        rs = resident[shared]
+        if self.pairs is None:
+            # no model: sharing is a blind guess of half speed each
+            jt = rt = np.full(len(rs), 0.5)
+        elif len(state.gpu_types) == 1:
+            mat = self.pairs.matrix(state.gpu_types[0])
+            jt, rt = mat[cycle.class_id, rs], mat[rs, cycle.class_id]
+        else:
             types = state.gpu_type_id[idx[shared]]
-            jt = np.empty(len(rs))
-            rt = np.empty(len(rs))
+            jt, rt = np.empty(len(rs)), np.empty(len(rs))
             for t in np.unique(types):
                 mat = self.pairs.matrix(state.gpu_types[t])
                 sel = types == t
                 jt[sel] = mat[cycle.class_id, rs[sel]]
                 rt[sel] = mat[rs[sel], cycle.class_id]
-            job_tput[shared] = jt
-            res_tput[shared] = rt
-        elif not free.all():
-            # no model: sharing is a blind guess of half speed each
-            job_tput[~free] = 0.5
-            res_tput[~free] = 0.5
+        job_tput = np.ones(len(idx))
+        res_tput = np.ones(len(idx))
+        job_tput[shared] = jt
+        res_tput[shared] = rt
         cycle.job_tput, cycle.res_tput = job_tput, res_tput
 
     # ---- score ----------------------------------------------------------------------------------
@@ -169,7 +184,11 @@ class Policy:
         k = req.gpus_per_node
         n = state.n_gpus
         full = np.full(n + 1, NEG_INF)  # last slot: padding of short nodes
-        full[cycle.idx] = cycle.score
+        # a GPU whose switch group has more usable GPUs ranks first at equal score, so the chosen
+        # GPUs of a node span as few NVLink/PCIe groups as possible
+        groups = state.gpu_group[cycle.idx]
+        usable_per_group = np.bincount(groups[cycle.score > NEG_INF], minlength=state.n_groups)
+        full[cycle.idx] = cycle.score + 1e-3 * usable_per_group[groups]
         pos_of = np.full(n + 1, -1, dtype=np.int64)
         pos_of[cycle.idx] = np.arange(len(cycle.idx))
         table = state.node_gpu_table
@@ -196,6 +215,8 @@ class Policy:
     def decide(self, state: ClusterState, req: JobRequest, ctx: Optional[SchedulingContext] = None,
                explain: bool = False) -> Decision:
         state.build()
+        for table in self.pair_tables():
+            table.bind(state.classes)
         ctx = ctx or SchedulingContext()
         cycle = Cycle(state, req, ctx, state.classes.id(req.job_class))
         mask = self.filter_gpus(cycle)

@@ -63,6 +63,7 @@ class SimOptions:
     restart_cost: float = 30.0  # seconds of work redone by a preempted (reclaimed) job
     queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
     max_timeline: int = 600  # points kept for the utilization plot
+    window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class Simulator:
         self.seq = 0
         self.queue: List[tuple] = []  # sorted (policy key, job idx)
         self.queue_gpus = 0
+        self.queue_work = 0.0
         self.now = 0.0
         self.busy_gpu_time = 0.0
         self.last_t = None
@@ -104,6 +106,7 @@ class Simulator:
         self.n_observations = 0
         self.done = 0
         self.may_reclaim = type(policy).reclaim is not Policy.reclaim
+        self.has_guard = type(policy).urgent_duration is not Policy.urgent_duration
 
     @staticmethod
     def _request(t: TraceJob, width: int) -> JobRequest:
@@ -170,6 +173,7 @@ class Simulator:
         job.queued_key = key
         bisect.insort(self.queue, key)
         self.queue_gpus += job.req.n_gpus
+        self.queue_work += job.req.expected_duration() * job.req.n_gpus
 
     def _has_room(self) -> bool:
         state = self.state
@@ -182,14 +186,36 @@ class Simulator:
         if not self._has_room() and not self.may_reclaim:
             return
         state, policy = self.state, self.policy
-        ctx = SchedulingContext(self.now, len(self.queue), self.queue_gpus)
-        started = set()
+        ctx = SchedulingContext(self.now, len(self.queue), self.queue_gpus, self.queue_work)
+        order = self.queue
+        if self.has_guard:
+            # jobs the policy wants first (the longest, near the end of the run): the queue is in
+            # SJF order for such policies, so they sit at its end
+            threshold = policy.urgent_duration(state, ctx)
+            k = len(order)
+            while k > 0 and self.jobs[order[k - 1][1]].req.expected_duration() >= threshold:
+                k -= 1
+            if k < len(order):
+                order = order[k:][::-1] + order[:k]  # longest first, then SJF
+        if self.policy.share:
+            classes = state.classes
+            ctx.extra["window"] = [classes.id(self.jobs[k[1]].req.job_class)
+                                   for k in self.queue[:self.options.window]]
+        started = []
         tried = 0
-        for key in list(self.queue):  # a reclaim may requeue jobs while we walk
+        # requests that did not fit since the last change of the cluster: an identical one will
+        # not fit either (the scheduling framework's equivalence cache)
+        failed = set()
+        memo = not policy.uses_duration
+        for key in list(order):  # a reclaim may requeue jobs while we walk
             if tried >= self.options.queue_depth:
                 break
             job = self.jobs[key[1]]
             if not policy.share and job.req.n_gpus > state.n_free and not self.may_reclaim:
+                continue
+            req = job.req
+            shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive)
+            if memo and shape in failed:
                 continue
             tried += 1
             decision = policy.decide(state, job.req, ctx)
@@ -199,15 +225,19 @@ class Simulator:
                     for victim in victims:
                         self._preempt(self.jobs_by_id[victim])
                     decision = policy.decide(state, job.req, ctx)
-            if decision.placed and self._start(job, decision):
-                started.add(key)
+            if not decision.placed:
+                failed.add(shape)
+            elif self._start(job, decision):
+                failed.clear()
+                started.append(key)
                 ctx.n_waiting -= 1
                 ctx.waiting_gpus -= job.req.n_gpus
                 self.queue_gpus -= job.req.n_gpus
+                self.queue_work -= job.req.expected_duration() * job.req.n_gpus
             if not self._has_room() and not self.may_reclaim:
                 break
-        if started:
-            self.queue = [k for k in self.queue if k not in started]
+        for key in started:
+            del self.queue[bisect.bisect_left(self.queue, key)]
 
     @property
     def jobs_by_id(self) -> Dict[str, SimJob]:

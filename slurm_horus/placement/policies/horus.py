@@ -9,6 +9,12 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
   throughput of the pair, provided it is at least ``min_combined`` and neither job falls under
   ``min_tput``; a free GPU counts as a combined throughput of 1.0, so it is used only when no pair
   is worth more; when neither exists the job waits (a better partner or a free GPU will come);
+* pairing is benefit-aware across the queue, not only for the job at hand: when the caller passes
+  the classes of the first waiting jobs (``ctx.extra["window"]``), a job joins resident ``r`` only
+  if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it);
+* makespan guard: a waiting job predicted to run longer than ``guard`` × the predicted time to
+  drain the cluster (work waiting plus work running, over the GPUs) starts first, so that SJF does
+  not leave the longest jobs alone at the end;
 * every pair observed while it runs replaces the model's prediction for that pair (learning).
 
 Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independent choices.
@@ -26,11 +32,20 @@ class Horus(Policy):
     min_combined = 1.05
     min_tput = 0.35
     order_rule = "sjf"
+    partner_slack = 0.1
+    guard = 0.8
 
     def queue_key(self, req):
         if self.order_rule == "fifo":
             return (req.submit_time, req.job_id)
         return (req.expected_duration(), req.submit_time, req.job_id)
+
+    def urgent_duration(self, state, ctx):
+        if self.guard <= 0 or self.order_rule == "fifo":
+            return float("inf")
+        running = np.maximum(state.gpu_end0 - ctx.now, 0.0).sum()
+        drain = (ctx.waiting_work + running) / max(state.n_gpus, 1)
+        return self.guard * drain
 
     def score_gpus(self, cycle):
         free = cycle.free
@@ -42,8 +57,33 @@ class Horus(Policy):
             jt, rt = cycle.job_tput[shared], cycle.res_tput[shared]
             combined = jt + rt
             ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
+            window = cycle.ctx.extra.get("window")
+            if window is not None and len(window):
+                best = self._best_partner(cycle, window)
+                ok &= combined >= best[shared] - self.partner_slack
             score[shared] = np.where(ok, combined, NEG_INF)
             cycle.notes["reason"] = "pressure: best predicted pair"
         if not free.any() and not np.isfinite(score).any():
             cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
         return score
+
+    def _best_partner(self, cycle, window):
+        """Per feasible GPU: the best combined throughput any waiting job would reach there."""
+        state = cycle.state
+        cache = cycle.ctx.extra.setdefault("_best_partner", {})
+        out = np.zeros(len(cycle.idx))
+        types = state.gpu_type_id[cycle.idx]
+        resident = np.maximum(cycle.resident, 0)
+        for t in (np.unique(types) if len(state.gpu_types) > 1 else (0,)):
+            name = state.gpu_types[t]
+            best = cache.get(name)
+            mat = self.pairs.matrix(name)
+            if best is None or len(best) < len(mat):
+                w = np.asarray(window)
+                best = (mat[w, :] + mat[:, w].T).max(axis=0)
+                cache[name] = best
+            if len(state.gpu_types) == 1:
+                return best[resident]
+            sel = types == t
+            out[sel] = best[resident[sel]]
+        return out
