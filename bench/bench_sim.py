@@ -1,11 +1,12 @@
 """Policy comparison on Philly-derived single-GPU jobs, 64 V100 GPUs, V100 measured pairs as truth.
 
 Reads /work/shared/data (not shipped with slurm-horus): ``$HORUS_SHARED_DATA`` or ``../shared/data``
-relative to the repository root. Workload: the single-GPU jobs of Pollux's ``philly.csv`` with a
-duration between 1 minute and 6 hours (the long tail would make the makespan the length of one
-job, whatever the policy), the first ``--jobs`` of them in arrival order, classes drawn uniformly
-from Gavel's 26 job classes by seed; arrivals scaled so that the offered load (work arriving per
-second / GPUs) is each of ``--loads``. Prints one JSON document.
+relative to the repository root. Workload: ``--jobs`` single-GPU jobs drawn (by seed, keeping their
+arrival order and gaps) from Pollux's ``philly.csv`` among those lasting 1 minute to 4 hours (the
+multi-day tail would make the makespan the length of one job, whatever the policy); classes drawn
+uniformly from Gavel's 26 job classes by seed; arrivals scaled so that the offered load (work
+arriving per second / GPUs) is each of ``--loads``. Policies see the built-in priors without the V100
+pairs (P100 pairs + profiles) and learn V100 pairs as they run. Prints one JSON document.
 """
 
 import argparse
@@ -30,10 +31,14 @@ def shared_data() -> Path:
     return Path(os.environ.get("HORUS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-def philly_single_gpu(n_jobs, min_s=60.0, max_s=6 * 3600.0):
+def philly_single_gpu(n_jobs, seed=0, min_s=60.0, max_s=4 * 3600.0):
+    import numpy as np
+
     jobs = read_trace(str(shared_data() / "pollux_adaptdl" / "traces" / "philly.csv"), "philly")
     jobs = sorted((j for j in jobs if j.num_gpus == 1 and min_s <= j.duration <= max_s),
-                  key=lambda j: j.submit_time)[:n_jobs]
+                  key=lambda j: j.submit_time)
+    picks = sorted(np.random.default_rng(seed).choice(len(jobs), min(n_jobs, len(jobs)), replace=False))
+    jobs = [jobs[i] for i in picks]
     first = jobs[0].submit_time
     for j in jobs:
         j.submit_time -= first
@@ -47,7 +52,7 @@ def offered_load(jobs, n_gpus):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--jobs", type=int, default=4000)
     parser.add_argument("--loads", default="3.0,1.5,0.8", help="offered loads (work arriving / capacity)")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--cluster", default="16x4:v100")
@@ -56,7 +61,7 @@ def main():
     truth = load_truth("gavel:v100")
     groups = parse_cluster(args.cluster)
     n_gpus = sum(g.nodes * g.gpus_per_node for g in groups)
-    jobs = philly_single_gpu(args.jobs)
+    jobs = philly_single_gpu(args.jobs, args.seed)
     base_load = offered_load(jobs, n_gpus)
     out = {"workload": {"jobs": len(jobs), "gpus": n_gpus, "mean_duration_s": sum(j.duration for j in jobs) / len(jobs),
                         "original_offered_load": base_load}, "loads": {}}

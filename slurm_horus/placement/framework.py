@@ -137,29 +137,24 @@ class Policy:
         resident = state.gpu_class0[idx]
         free = resident < 0
         cycle.free, cycle.resident = free, resident
-        if free.all():
-            cycle.job_tput = cycle.res_tput = np.ones(len(idx))
-            return
-        shared = ~free
-        rs = resident[shared]
         if self.pairs is None:
             # no model: sharing is a blind guess of half speed each
-            jt = rt = np.full(len(rs), 0.5)
-        elif len(state.gpu_types) == 1:
+            cycle.job_tput = cycle.res_tput = np.where(free, 1.0, 0.5)
+            return
+        c = cycle.class_id
+        if len(state.gpu_types) == 1:
+            # row/column of the pair matrix with a trailing 1.0: index -1 (free GPU) reads "alone"
             mat = self.pairs.matrix(state.gpu_types[0])
-            jt, rt = mat[cycle.class_id, rs], mat[rs, cycle.class_id]
-        else:
-            types = state.gpu_type_id[idx[shared]]
-            jt, rt = np.empty(len(rs)), np.empty(len(rs))
-            for t in np.unique(types):
-                mat = self.pairs.matrix(state.gpu_types[t])
-                sel = types == t
-                jt[sel] = mat[cycle.class_id, rs[sel]]
-                rt[sel] = mat[rs[sel], cycle.class_id]
-        job_tput = np.ones(len(idx))
-        res_tput = np.ones(len(idx))
-        job_tput[shared] = jt
-        res_tput[shared] = rt
+            cycle.job_tput = np.append(mat[c], 1.0)[resident]
+            cycle.res_tput = np.append(mat[:, c], 1.0)[resident]
+            return
+        types = state.gpu_type_id[idx]
+        job_tput, res_tput = np.ones(len(idx)), np.ones(len(idx))
+        for t in np.unique(types[~free]):
+            mat = self.pairs.matrix(state.gpu_types[t])
+            sel = (types == t) & ~free
+            job_tput[sel] = mat[c, resident[sel]]
+            res_tput[sel] = mat[resident[sel], c]
         cycle.job_tput, cycle.res_tput = job_tput, res_tput
 
     # ---- score ----------------------------------------------------------------------------------
@@ -183,33 +178,36 @@ class Policy:
         state, req = cycle.state, cycle.req
         k = req.gpus_per_node
         n = state.n_gpus
+        table = state.node_gpu_table
+        if k > table.shape[1]:
+            return None
+        usable = cycle.score > NEG_INF
+        # only nodes with at least k usable GPUs are worth sorting
+        per_node = np.bincount(state.gpu_node[cycle.idx[usable]], minlength=len(state.nodes))
+        nodes = np.flatnonzero(per_node >= k)
+        if len(nodes) < req.nodes:
+            return None
         full = np.full(n + 1, NEG_INF)  # last slot: padding of short nodes
         # a GPU whose switch group has more usable GPUs ranks first at equal score, so the chosen
         # GPUs of a node span as few NVLink/PCIe groups as possible
         groups = state.gpu_group[cycle.idx]
-        usable_per_group = np.bincount(groups[cycle.score > NEG_INF], minlength=state.n_groups)
+        usable_per_group = np.bincount(groups[usable], minlength=state.n_groups)
         full[cycle.idx] = cycle.score + 1e-3 * usable_per_group[groups]
         pos_of = np.full(n + 1, -1, dtype=np.int64)
         pos_of[cycle.idx] = np.arange(len(cycle.idx))
-        table = state.node_gpu_table
-        if k > table.shape[1]:
-            return None
-        padded = np.where(table >= 0, table, n)
+        rows = table[nodes]
+        padded = np.where(rows >= 0, rows, n)
         node_scores = full[padded]
         order = np.argsort(-node_scores, axis=1, kind="stable")[:, :k]
         top = np.take_along_axis(node_scores, order, axis=1)
-        usable = (top > NEG_INF).all(axis=1)
-        if usable.sum() < req.nodes:
-            return None
         chosen_gpus = np.take_along_axis(padded, order, axis=1)
-        groups = np.sort(np.where(chosen_gpus < n, state.gpu_group[np.minimum(chosen_gpus, n - 1)], -1), axis=1)
-        spans = 1 + (np.diff(groups, axis=1) != 0).sum(axis=1) if k > 1 else np.ones(len(groups))
-        node_value = np.where(usable, top.min(axis=1) + top.mean(axis=1) - self.comm_penalty * (spans - 1),
-                              NEG_INF)
-        if req.nodes > 1:
-            node_value = node_value - self.comm_penalty  # crossing the network costs more than a switch
-        best_nodes = np.argsort(-node_value, kind="stable")[:req.nodes]
-        return pos_of[chosen_gpus[best_nodes].ravel()]
+        if k > 1:
+            spans = 1 + (np.diff(np.sort(state.gpu_group[chosen_gpus], axis=1), axis=1) != 0).sum(axis=1)
+        else:
+            spans = np.ones(len(nodes))
+        node_value = top.min(axis=1) + top.mean(axis=1) - self.comm_penalty * (spans - 1)
+        best = np.argsort(-node_value, kind="stable")[:req.nodes]
+        return pos_of[chosen_gpus[best].ravel()]
 
     # ---- the pipeline ---------------------------------------------------------------------------
     def decide(self, state: ClusterState, req: JobRequest, ctx: Optional[SchedulingContext] = None,

@@ -49,21 +49,19 @@ class Horus(Policy):
 
     def score_gpus(self, cycle):
         free = cycle.free
-        score = np.full(len(cycle.idx), NEG_INF)
         busy = pressure(cycle)
-        score[free] = 1.0 if busy else 1e9
-        if busy and not free.all():
-            shared = ~free
-            jt, rt = cycle.job_tput[shared], cycle.res_tput[shared]
-            combined = jt + rt
-            ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
-            window = cycle.ctx.extra.get("window")
-            if window is not None and len(window):
-                best = self._best_partner(cycle, window)
-                ok &= combined >= best[shared] - self.partner_slack
-            score[shared] = np.where(ok, combined, NEG_INF)
-            cycle.notes["reason"] = "pressure: best predicted pair"
-        if not free.any() and not np.isfinite(score).any():
+        if not busy:
+            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
+            return np.where(free, 1e9, NEG_INF)
+        jt, rt = cycle.job_tput, cycle.res_tput
+        combined = jt + rt
+        ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
+        window = cycle.ctx.extra.get("window")
+        if window is not None and len(window):
+            ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
+        score = np.where(free, 1.0, np.where(ok, combined, NEG_INF))
+        cycle.notes["reason"] = "pressure: best predicted pair"
+        if not free.any() and not ok.any():
             cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
         return score
 
@@ -71,19 +69,19 @@ class Horus(Policy):
         """Per feasible GPU: the best combined throughput any waiting job would reach there."""
         state = cycle.state
         cache = cycle.ctx.extra.setdefault("_best_partner", {})
+        types = state.gpu_type_id[cycle.idx] if len(state.gpu_types) > 1 else None
         out = np.zeros(len(cycle.idx))
-        types = state.gpu_type_id[cycle.idx]
-        resident = np.maximum(cycle.resident, 0)
-        for t in (np.unique(types) if len(state.gpu_types) > 1 else (0,)):
+        for t in (np.unique(types) if types is not None else (0,)):
             name = state.gpu_types[t]
-            best = cache.get(name)
             mat = self.pairs.matrix(name)
-            if best is None or len(best) < len(mat):
+            best = cache.get(name)
+            if best is None or len(best) != len(mat) + 1:
                 w = np.asarray(window)
-                best = (mat[w, :] + mat[:, w].T).max(axis=0)
+                # trailing 0: a free GPU (resident -1) has no partner to keep it for
+                best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
                 cache[name] = best
-            if len(state.gpu_types) == 1:
-                return best[resident]
+            if types is None:
+                return best[cycle.resident]
             sel = types == t
-            out[sel] = best[resident[sel]]
+            out[sel] = best[cycle.resident[sel]]
         return out
