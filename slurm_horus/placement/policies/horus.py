@@ -34,6 +34,7 @@ class Horus(Policy):
     order_rule = "sjf"
     partner_slack = 0.1
     guard = 0.8
+    score_rule = "combined"
 
     def queue_key(self, req):
         if self.order_rule == "fifo":
@@ -59,7 +60,19 @@ class Horus(Policy):
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
-        score = np.where(free, 1.0, np.where(ok, combined, NEG_INF))
+        if self.score_rule == "own":
+            value = jt + 0.5 * rt
+            free_value = 1.0
+        elif self.score_rule == "bsbf":
+            from .sjf_bsbf import pair_benefit
+            e_a = cycle.req.expected_duration()
+            e_b = np.maximum(cycle.state.gpu_end0[cycle.idx] - cycle.ctx.now, 1.0)
+            value = pair_benefit(e_a, e_b, np.maximum(jt, 1e-3), np.maximum(rt, 1e-3)) / max(e_a, 1.0)
+            ok &= value > 0
+            free_value = 0.0
+        else:
+            value, free_value = combined, 1.0
+        score = np.where(free, free_value, np.where(ok, value, NEG_INF))
         cycle.notes["reason"] = "pressure: best predicted pair"
         if not free.any() and not ok.any():
             cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
