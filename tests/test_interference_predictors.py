@@ -158,3 +158,14 @@ def test_predict_set_composes_the_pair_predictions(world):
         pairs = [truth[job, other] for other in jobs if other != job]
         assert answers[i].norm_tput == pytest.approx(compose_norm_tputs(pairs))
         assert answers[i].source == "measured"
+
+
+def test_score_figures_on_known_values():
+    from slurm_horus.interference.evaluate import score
+
+    result = score([0.0, 0.5, 1.0, 0.0], [0.2, 0.5, 0.9, 0.0], ["cf", "measured", "default", "memory"])
+    assert result["mae"] == pytest.approx(0.3 / 4)
+    assert result["rmse"] == pytest.approx(np.sqrt(0.05 / 4))
+    assert result["spearman"] == pytest.approx(0.9486833, abs=1e-6)
+    assert result["infeasible_predicted_feasible"] == 0.5
+    assert result["coverage"] == 0.75

@@ -202,13 +202,25 @@ class MemoryGuard:
 
     def set_infeasible(self, gpu_type, ids):
         """Whether the classes ``ids`` (-1 = unknown) cannot all share one GPU of ``gpu_type``."""
+        peaks, capacity = self._peaks(gpu_type)
         known = [i for i in ids if i >= 0]
-        peak = self.peak_mb(gpu_type)
-        total = float(np.nansum(peak[known])) if known else 0.0
-        if total > self.capacity_mb(gpu_type):
+        if sum(peaks[i] for i in known) > capacity:
             return True
-        bad = self.infeasible_matrix(gpu_type)
-        return any(bad[a, b] for n, a in enumerate(known) for b in known[n + 1:])
+        rows = self._infeasible_rows(gpu_type)
+        return any(rows[a][b] for n, a in enumerate(known) for b in known[n + 1:])
+
+    def _peaks(self, gpu_type):
+        cached = self._cache.get(("peaks", gpu_type))
+        if cached is None:
+            peaks = np.nan_to_num(self.peak_mb(gpu_type), nan=0.0).tolist()  # unknown counts as 0
+            cached = self._cache[("peaks", gpu_type)] = (peaks, self.capacity_mb(gpu_type))
+        return cached
+
+    def _infeasible_rows(self, gpu_type):
+        cached = self._cache.get(("rows", gpu_type))
+        if cached is None:
+            cached = self._cache[("rows", gpu_type)] = self.infeasible_matrix(gpu_type).tolist()
+        return cached
 
 
 class TablePredictor(Predictor):
