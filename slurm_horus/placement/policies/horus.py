@@ -5,16 +5,18 @@ SJF-BSBF (arXiv 2407.13088), the benefit-aware pairing of Horus (TPDS 2022) and 
 that a well-chosen pair does more than one job's worth of work per GPU. Rule, per job in queue order:
 
 * while free GPUs outnumber what the queue asks for, take a free GPU (exclusive is fastest per job);
-* under pressure, join the running job that maximizes the predicted *combined* normalized
-  throughput of the pair, provided it is at least ``min_combined`` and neither job falls under
-  ``min_tput``; a free GPU counts as a combined throughput of 1.0, so it is used only when no pair
+* under pressure, join a running job only where the predicted *combined* normalized throughput of
+  the pair is at least ``min_combined`` and neither job falls under ``min_tput``; among such pairs
+  take the one maximizing the job's own predicted throughput plus half its partner's
+  (``score_rule="combined"``: the plain sum); a free GPU scores 1.0, so it is used only when no pair
   is worth more; when neither exists the job waits (a better partner or a free GPU will come);
 * pairing is benefit-aware across the queue, not only for the job at hand: when the caller passes
   the classes of the first waiting jobs (``ctx.extra["window"]``), a job joins resident ``r`` only
   if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it);
-* makespan guard: a waiting job predicted to run longer than ``guard`` × the predicted time to
-  drain the cluster (work waiting plus work running, over the GPUs) starts first, so that SJF does
-  not leave the longest jobs alone at the end;
+* makespan guard: when the queue has shrunk to at most ``guard_queue`` GPUs asked per GPU (the
+  tail of a burst or of a trace), a waiting job predicted to run longer than ``guard`` × the
+  predicted time to drain the cluster (work waiting plus work running, over the GPUs) starts first,
+  so that SJF does not leave the longest jobs alone at the end;
 * every pair observed while it runs replaces the model's prediction for that pair (learning).
 
 Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independent choices.
@@ -34,7 +36,8 @@ class Horus(Policy):
     order_rule = "sjf"
     partner_slack = 0.1
     guard = 0.8
-    score_rule = "combined"
+    guard_queue = 2.0  # guard only while the queue asks for at most this many GPUs per GPU (0: always)
+    score_rule = "own"  # or "combined": rank qualifying pairs by the sum of both throughputs
 
     def queue_key(self, req):
         if self.order_rule == "fifo":
@@ -43,6 +46,8 @@ class Horus(Policy):
 
     def urgent_duration(self, state, ctx):
         if self.guard <= 0 or self.order_rule == "fifo":
+            return float("inf")
+        if self.guard_queue > 0 and ctx.waiting_gpus > self.guard_queue * state.n_gpus:
             return float("inf")
         running = np.maximum(state.gpu_end0 - ctx.now, 0.0).sum()
         drain = (ctx.waiting_work + running) / max(state.n_gpus, 1)
@@ -60,19 +65,10 @@ class Horus(Policy):
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
-        if self.score_rule == "own":
-            value = jt + 0.5 * rt
-            free_value = 1.0
-        elif self.score_rule == "bsbf":
-            from .sjf_bsbf import pair_benefit
-            e_a = cycle.req.expected_duration()
-            e_b = np.maximum(cycle.state.gpu_end0[cycle.idx] - cycle.ctx.now, 1.0)
-            value = pair_benefit(e_a, e_b, np.maximum(jt, 1e-3), np.maximum(rt, 1e-3)) / max(e_a, 1.0)
-            ok &= value > 0
-            free_value = 0.0
-        else:
-            value, free_value = combined, 1.0
-        score = np.where(free, free_value, np.where(ok, value, NEG_INF))
+        # among the pairs worth making, the job's own speed counts double: it is the job being
+        # placed now (queue order put it first), the resident has been running already
+        value = combined if self.score_rule == "combined" else jt + 0.5 * rt
+        score = np.where(free, 1.0, np.where(ok, value, NEG_INF))
         cycle.notes["reason"] = "pressure: best predicted pair"
         if not free.any() and not ok.any():
             cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
