@@ -53,7 +53,7 @@ def offered_load(jobs, n_gpus):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=4000)
-    parser.add_argument("--loads", default="3.0,1.5,0.8", help="offered loads (work arriving / capacity)")
+    parser.add_argument("--loads", default="3.0,1.5,0.3", help="offered loads (work arriving / capacity)")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--cluster", default="16x4:v100")
     parser.add_argument("--seed", type=int, default=0)
