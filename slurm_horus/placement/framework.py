@@ -35,6 +35,7 @@ class SchedulingContext:
     now: float = 0.0
     n_waiting: int = 0  # jobs waiting, this one included
     waiting_gpus: int = 0  # GPUs those jobs ask for
+    waiting_work: float = 0.0  # their predicted GPU-seconds
     extra: Dict[str, object] = field(default_factory=dict)
 
 
@@ -63,6 +64,9 @@ class Policy:
     max_jobs_per_gpu = 2  # with sharing: at most this many jobs on one GPU
     lending = False  # may jobs use GPUs of their ``extra_partitions``
     comm_penalty = 0.05  # score lost per extra NVLink/PCIe group a multi-GPU job spans
+    # whether a decision depends on the job's predicted duration (not only its class and shape):
+    # callers may reuse a "does not fit" answer for an identical request while nothing changed
+    uses_duration = False
 
     def __init__(self, pairs: Optional[PairTable] = None, **options):
         self.pairs = pairs
@@ -79,11 +83,18 @@ class Policy:
     def order(self, queue: Sequence[JobRequest]) -> List[JobRequest]:
         return sorted(queue, key=self.queue_key)
 
+    def pair_tables(self) -> List[PairTable]:
+        return [self.pairs] if self.pairs is not None else []
+
     # ---- learning -------------------------------------------------------------------------------
     def observe(self, gpu_type: str, target: str, corunner: str, norm_tput: float):
         """A pair was measured on the cluster (finished jobs, NVML): refine the predictions."""
         if self.pairs is not None:
             self.pairs.observe(gpu_type, target, corunner, norm_tput)
+
+    def urgent_duration(self, state: ClusterState, ctx: SchedulingContext) -> float:
+        """Waiting jobs predicted to run at least this long go first (inf: none; see horus)."""
+        return math.inf
 
     def reclaim(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> List[str]:
         """Running jobs to preempt so that ``req`` can start (none by default)."""
@@ -126,25 +137,24 @@ class Policy:
         resident = state.gpu_class0[idx]
         free = resident < 0
         cycle.free, cycle.resident = free, resident
-        job_tput = np.ones(len(idx))
-        res_tput = np.ones(len(idx))
-        if self.pairs is not None and not free.all():
-            shared = ~free
-            rs = resident[shared]
-            types = state.gpu_type_id[idx[shared]]
-            jt = np.empty(len(rs))
-            rt = np.empty(len(rs))
-            for t in np.unique(types):
-                mat = self.pairs.matrix(state.gpu_types[t])
-                sel = types == t
-                jt[sel] = mat[cycle.class_id, rs[sel]]
-                rt[sel] = mat[rs[sel], cycle.class_id]
-            job_tput[shared] = jt
-            res_tput[shared] = rt
-        elif not free.all():
+        if self.pairs is None:
             # no model: sharing is a blind guess of half speed each
-            job_tput[~free] = 0.5
-            res_tput[~free] = 0.5
+            cycle.job_tput = cycle.res_tput = np.where(free, 1.0, 0.5)
+            return
+        c = cycle.class_id
+        if len(state.gpu_types) == 1:
+            # row/column of the pair matrix with a trailing 1.0: index -1 (free GPU) reads "alone"
+            mat = self.pairs.matrix(state.gpu_types[0])
+            cycle.job_tput = np.append(mat[c], 1.0)[resident]
+            cycle.res_tput = np.append(mat[:, c], 1.0)[resident]
+            return
+        types = state.gpu_type_id[idx]
+        job_tput, res_tput = np.ones(len(idx)), np.ones(len(idx))
+        for t in np.unique(types[~free]):
+            mat = self.pairs.matrix(state.gpu_types[t])
+            sel = (types == t) & ~free
+            job_tput[sel] = mat[c, resident[sel]]
+            res_tput[sel] = mat[resident[sel], c]
         cycle.job_tput, cycle.res_tput = job_tput, res_tput
 
     # ---- score ----------------------------------------------------------------------------------
@@ -168,34 +178,43 @@ class Policy:
         state, req = cycle.state, cycle.req
         k = req.gpus_per_node
         n = state.n_gpus
-        full = np.full(n + 1, NEG_INF)  # last slot: padding of short nodes
-        full[cycle.idx] = cycle.score
-        pos_of = np.full(n + 1, -1, dtype=np.int64)
-        pos_of[cycle.idx] = np.arange(len(cycle.idx))
         table = state.node_gpu_table
         if k > table.shape[1]:
             return None
-        padded = np.where(table >= 0, table, n)
+        usable = cycle.score > NEG_INF
+        # only nodes with at least k usable GPUs are worth sorting
+        per_node = np.bincount(state.gpu_node[cycle.idx[usable]], minlength=len(state.nodes))
+        nodes = np.flatnonzero(per_node >= k)
+        if len(nodes) < req.nodes:
+            return None
+        full = np.full(n + 1, NEG_INF)  # last slot: padding of short nodes
+        # a GPU whose switch group has more usable GPUs ranks first at equal score, so the chosen
+        # GPUs of a node span as few NVLink/PCIe groups as possible
+        groups = state.gpu_group[cycle.idx]
+        usable_per_group = np.bincount(groups[usable], minlength=state.n_groups)
+        full[cycle.idx] = cycle.score + 1e-3 * usable_per_group[groups]
+        pos_of = np.full(n + 1, -1, dtype=np.int64)
+        pos_of[cycle.idx] = np.arange(len(cycle.idx))
+        rows = table[nodes]
+        padded = np.where(rows >= 0, rows, n)
         node_scores = full[padded]
         order = np.argsort(-node_scores, axis=1, kind="stable")[:, :k]
         top = np.take_along_axis(node_scores, order, axis=1)
-        usable = (top > NEG_INF).all(axis=1)
-        if usable.sum() < req.nodes:
-            return None
         chosen_gpus = np.take_along_axis(padded, order, axis=1)
-        groups = np.sort(np.where(chosen_gpus < n, state.gpu_group[np.minimum(chosen_gpus, n - 1)], -1), axis=1)
-        spans = 1 + (np.diff(groups, axis=1) != 0).sum(axis=1) if k > 1 else np.ones(len(groups))
-        node_value = np.where(usable, top.min(axis=1) + top.mean(axis=1) - self.comm_penalty * (spans - 1),
-                              NEG_INF)
-        if req.nodes > 1:
-            node_value = node_value - self.comm_penalty  # crossing the network costs more than a switch
-        best_nodes = np.argsort(-node_value, kind="stable")[:req.nodes]
-        return pos_of[chosen_gpus[best_nodes].ravel()]
+        if k > 1:
+            spans = 1 + (np.diff(np.sort(state.gpu_group[chosen_gpus], axis=1), axis=1) != 0).sum(axis=1)
+        else:
+            spans = np.ones(len(nodes))
+        node_value = top.min(axis=1) + top.mean(axis=1) - self.comm_penalty * (spans - 1)
+        best = np.argsort(-node_value, kind="stable")[:req.nodes]
+        return pos_of[chosen_gpus[best].ravel()]
 
     # ---- the pipeline ---------------------------------------------------------------------------
     def decide(self, state: ClusterState, req: JobRequest, ctx: Optional[SchedulingContext] = None,
                explain: bool = False) -> Decision:
         state.build()
+        for table in self.pair_tables():
+            table.bind(state.classes)
         ctx = ctx or SchedulingContext()
         cycle = Cycle(state, req, ctx, state.classes.id(req.job_class))
         mask = self.filter_gpus(cycle)

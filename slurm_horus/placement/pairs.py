@@ -34,7 +34,7 @@ class PairTable:
         self.learn = learn
         self._mats: Dict[str, np.ndarray] = {}
         self._filled: Dict[str, int] = {}
-        self._observed: Dict[Tuple[str, int, int], Tuple[float, int]] = {}
+        self._observed: Dict[Tuple[str, str, str], Tuple[float, int]] = {}
         self.n_observations = 0
 
     def matrix(self, gpu_type: str) -> np.ndarray:
@@ -59,11 +59,19 @@ class PairTable:
                     tb.append(b)
         values = _predict_block(self.predictor, [names[a] for a in ta], [names[b] for b in tb], gpu_type)
         mat[np.array(ta), np.array(tb)] = values
-        for (t, a, b), (mean, _count) in self._observed.items():
+        for (t, a_name, b_name), (mean, _count) in self._observed.items():
+            a, b = self.classes.ids.get(a_name, n), self.classes.ids.get(b_name, n)
             if t == gpu_type and a < n and b < n:
                 mat[a, b] = mean
         self._mats[gpu_type] = mat
         self._filled[gpu_type] = n
+
+    def bind(self, classes: ClassIndex):
+        """Use ``classes`` (a ClusterState's index) from now on; matrices are rebuilt lazily."""
+        if classes is not self.classes:
+            self.classes = classes
+            self._mats.clear()
+            self._filled.clear()
 
     def tput(self, gpu_type: str, target: str, corunner: str) -> float:
         a, b = self.classes.id(target), self.classes.id(corunner)
@@ -74,7 +82,7 @@ class PairTable:
         if not self.learn:
             return
         a, b = self.classes.id(target), self.classes.id(corunner)
-        key = (gpu_type, a, b)
+        key = (gpu_type, target, corunner)
         mean, count = self._observed.get(key, (0.0, 0))
         mean = (mean * count + float(norm_tput)) / (count + 1)
         self._observed[key] = (mean, count + 1)
@@ -83,6 +91,5 @@ class PairTable:
         mat[a, b] = mean
 
     def observed(self, gpu_type: str, target: str, corunner: str) -> Optional[float]:
-        a, b = self.classes.id(target), self.classes.id(corunner)
-        found = self._observed.get((gpu_type, a, b))
+        found = self._observed.get((gpu_type, target, corunner))
         return None if found is None else found[0]

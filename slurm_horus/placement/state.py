@@ -76,6 +76,7 @@ class ClusterState:
         self._gpu_lists = {k: [] for k in ("node", "index", "type", "mem", "group")}
         self._node_partitions: List[Tuple[str, ...]] = []
         self._built = False
+        self._n_groups = 0
 
     # ---- building -------------------------------------------------------------------------------
     def add_node(self, name: str, gpu_type: str, n_gpus: int, gpu_memory_mb: float,
@@ -100,13 +101,16 @@ class ClusterState:
             if p not in self.partition_names:
                 self.partition_names.append(p)
         type_id = self.gpu_types.index(gpu_type)
+        base_group = self._n_groups
+        self._n_groups += len(set(groups))
+        local = {g: k for k, g in enumerate(dict.fromkeys(groups))}
         for i in range(n_gpus):
             self._gpu_lists["node"].append(node_id)
             self._gpu_lists["index"].append(i)
             self._gpu_lists["type"].append(type_id)
             self._gpu_lists["mem"].append(float(gpu_memory_mb))
-            # groups are global ids so that equality across nodes never means "same switch"
-            self._gpu_lists["group"].append(node_id * 1024 + int(groups[i]))
+            # groups are global, consecutive ids: equal only within one node's switch
+            self._gpu_lists["group"].append(base_group + local[groups[i]])
 
     def build(self):
         """Freeze the hardware into arrays (called automatically before the first decision)."""
@@ -119,6 +123,7 @@ class ClusterState:
         self.gpu_type_id = np.array(lists["type"], dtype=np.int32)
         self.gpu_mem_total = np.array(lists["mem"], dtype=np.float64)
         self.gpu_group = np.array(lists["group"], dtype=np.int64)
+        self.n_groups = self._n_groups
         self.gpu_mem_used = np.zeros(n)
         self.gpu_njobs = np.zeros(n, dtype=np.int32)
         self.gpu_exclusive = np.zeros(n, dtype=bool)

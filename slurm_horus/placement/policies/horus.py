@@ -5,10 +5,18 @@ SJF-BSBF (arXiv 2407.13088), the benefit-aware pairing of Horus (TPDS 2022) and 
 that a well-chosen pair does more than one job's worth of work per GPU. Rule, per job in queue order:
 
 * while free GPUs outnumber what the queue asks for, take a free GPU (exclusive is fastest per job);
-* under pressure, join the running job that maximizes the predicted *combined* normalized
-  throughput of the pair, provided it is at least ``min_combined`` and neither job falls under
-  ``min_tput``; a free GPU counts as a combined throughput of 1.0, so it is used only when no pair
+* under pressure, join a running job only where the predicted *combined* normalized throughput of
+  the pair is at least ``min_combined`` and neither job falls under ``min_tput``; among such pairs
+  take the one maximizing the job's own predicted throughput plus half its partner's
+  (``score_rule="combined"``: the plain sum); a free GPU scores 1.0, so it is used only when no pair
   is worth more; when neither exists the job waits (a better partner or a free GPU will come);
+* pairing is benefit-aware across the queue, not only for the job at hand: when the caller passes
+  the classes of the first waiting jobs (``ctx.extra["window"]``), a job joins resident ``r`` only
+  if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it);
+* makespan guard: when the queue has shrunk to at most ``guard_queue`` GPUs asked per GPU (the
+  tail of a burst or of a trace), a waiting job predicted to run longer than ``guard`` × the
+  predicted time to drain the cluster (work waiting plus work running, over the GPUs) starts first,
+  so that SJF does not leave the longest jobs alone at the end;
 * every pair observed while it runs replaces the model's prediction for that pair (learning).
 
 Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independent choices.
@@ -26,24 +34,63 @@ class Horus(Policy):
     min_combined = 1.05
     min_tput = 0.35
     order_rule = "sjf"
+    partner_slack = 0.1
+    guard = 0.8
+    guard_queue = 2.0  # guard only while the queue asks for at most this many GPUs per GPU (0: always)
+    score_rule = "own"  # or "combined": rank qualifying pairs by the sum of both throughputs
 
     def queue_key(self, req):
         if self.order_rule == "fifo":
             return (req.submit_time, req.job_id)
         return (req.expected_duration(), req.submit_time, req.job_id)
 
+    def urgent_duration(self, state, ctx):
+        if self.guard <= 0 or self.order_rule == "fifo":
+            return float("inf")
+        if self.guard_queue > 0 and ctx.waiting_gpus > self.guard_queue * state.n_gpus:
+            return float("inf")
+        running = np.maximum(state.gpu_end0 - ctx.now, 0.0).sum()
+        drain = (ctx.waiting_work + running) / max(state.n_gpus, 1)
+        return self.guard * drain
+
     def score_gpus(self, cycle):
         free = cycle.free
-        score = np.full(len(cycle.idx), NEG_INF)
         busy = pressure(cycle)
-        score[free] = 1.0 if busy else 1e9
-        if busy and not free.all():
-            shared = ~free
-            jt, rt = cycle.job_tput[shared], cycle.res_tput[shared]
-            combined = jt + rt
-            ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
-            score[shared] = np.where(ok, combined, NEG_INF)
-            cycle.notes["reason"] = "pressure: best predicted pair"
-        if not free.any() and not np.isfinite(score).any():
+        if not busy:
+            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
+            return np.where(free, 1e9, NEG_INF)
+        jt, rt = cycle.job_tput, cycle.res_tput
+        combined = jt + rt
+        ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
+        window = cycle.ctx.extra.get("window")
+        if window is not None and len(window):
+            ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
+        # among the pairs worth making, the job's own speed counts double: it is the job being
+        # placed now (queue order put it first), the resident has been running already
+        value = combined if self.score_rule == "combined" else jt + 0.5 * rt
+        score = np.where(free, 1.0, np.where(ok, value, NEG_INF))
+        cycle.notes["reason"] = "pressure: best predicted pair"
+        if not free.any() and not ok.any():
             cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
         return score
+
+    def _best_partner(self, cycle, window):
+        """Per feasible GPU: the best combined throughput any waiting job would reach there."""
+        state = cycle.state
+        cache = cycle.ctx.extra.setdefault("_best_partner", {})
+        types = state.gpu_type_id[cycle.idx] if len(state.gpu_types) > 1 else None
+        out = np.zeros(len(cycle.idx))
+        for t in (np.unique(types) if types is not None else (0,)):
+            name = state.gpu_types[t]
+            mat = self.pairs.matrix(name)
+            best = cache.get(name)
+            if best is None or len(best) != len(mat) + 1:
+                w = np.asarray(window)
+                # trailing 0: a free GPU (resident -1) has no partner to keep it for
+                best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
+                cache[name] = best
+            if types is None:
+                return best[cycle.resident]
+            sel = types == t
+            out[sel] = best[cycle.resident[sel]]
+        return out

@@ -23,6 +23,9 @@ class IaspIapp(Policy):
         super().__init__(pairs, **options)
         self.similarity_pairs = similarity_pairs if similarity_pairs is not None else pairs
 
+    def pair_tables(self):
+        return [t for t in (self.pairs, self.similarity_pairs) if t is not None]
+
     def _node_similarity(self, cycle) -> np.ndarray:
         """Mean predicted interference (1 − cf throughput) between the job and each node's residents."""
         state = cycle.state

@@ -30,6 +30,7 @@ class SJFBSBF(SJFMixin, Policy):
     name = "sjf-bsbf"
     share = True
     max_jobs_per_gpu = 2
+    uses_duration = True
 
     def score_gpus(self, cycle):
         free = cycle.free

@@ -1,0 +1,393 @@
+"""Discrete-event simulation of one policy on one trace.
+
+Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot). Between events every
+running job progresses at its **true** normalized throughput for its co-runner set (a multi-GPU job at
+its slowest GPU); when a set changes, the affected jobs' remaining work is settled and their
+completion events are re-issued (stale ones are skipped by a version number). The policy decides
+from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
+when the pair ends, the way the live service learns from finished jobs. A co-location the truth
+says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is requeued after
+``oom_penalty`` seconds and both directions of the pair are reported to the policy.
+"""
+
+import bisect
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..placement import JobRequest, SchedulingContext
+from ..placement.framework import Policy
+from ..placement.state import ClusterState
+from .traces import TraceJob
+from .truth import Truth
+
+FINISH, ARRIVAL = 0, 1  # at equal times completions go first: capacity frees before arrivals look
+BAD_PAIR = 0.85
+
+
+class SimJob:
+    __slots__ = ("idx", "trace", "req", "work", "rate", "last", "version", "running", "first_start", "end",
+                 "run_time", "shared_time", "bad_time", "ooms", "preemptions", "shared", "pair", "pair_since",
+                 "gpu_types", "queued_key", "ever_shared")
+
+    def __init__(self, idx: int, trace: TraceJob, req: JobRequest):
+        self.idx = idx
+        self.trace = trace
+        self.req = req
+        self.work = float(trace.duration)  # solo-seconds left
+        self.rate = 0.0
+        self.last = 0.0
+        self.version = 0
+        self.running = False
+        self.first_start = None
+        self.end = None
+        self.run_time = 0.0
+        self.shared_time = 0.0
+        self.bad_time = 0.0
+        self.ooms = 0
+        self.preemptions = 0
+        self.shared = False
+        self.ever_shared = False
+        self.pair = None  # (gpu_type, corunner class) while sharing one GPU with one job
+        self.pair_since = 0.0
+        self.gpu_types = ()
+        self.queued_key = None
+
+
+@dataclass
+class SimOptions:
+    oom_penalty: float = 60.0  # seconds before a job that OOMed is tried again
+    restart_cost: float = 30.0  # seconds of work redone by a preempted (reclaimed) job
+    queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
+    max_timeline: int = 600  # points kept for the utilization plot
+    window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: List[SimJob]
+    n_gpus: int
+    busy_gpu_time: float
+    timeline: List[tuple]  # (t, busy GPUs, useful work rate in GPUs)
+    oom_events: int
+    preemptions: int
+    observations: int
+    start_time: float
+
+
+class Simulator:
+    def __init__(self, state: ClusterState, truth: Truth, policy: Policy, trace: Sequence[TraceJob],
+                 options: Optional[SimOptions] = None,
+                 progress: Optional[Callable[[int, int], None]] = None):
+        self.state = state
+        state.build()
+        self.truth = truth
+        self.policy = policy
+        self.options = options or SimOptions()
+        self.progress = progress
+        width = state.node_gpu_table.shape[1]
+        self.jobs = [SimJob(i, t, self._request(t, width)) for i, t in enumerate(trace)]
+        self.heap: List[tuple] = []
+        self.seq = 0
+        self.queue: List[tuple] = []  # sorted (policy key, job idx)
+        self.queue_gpus = 0
+        self.queue_work = 0.0
+        self.now = 0.0
+        self.busy_gpu_time = 0.0
+        self.last_t = None
+        self.work_rate = 0.0
+        self.timeline: List[tuple] = []
+        self.oom_events = 0
+        self.preemptions = 0
+        self.n_observations = 0
+        self.done = 0
+        self.may_reclaim = type(policy).reclaim is not Policy.reclaim
+        self.has_guard = type(policy).urgent_duration is not Policy.urgent_duration
+
+    @staticmethod
+    def _request(t: TraceJob, width: int) -> JobRequest:
+        n = t.num_gpus
+        gpn = t.gpus_per_node
+        if not gpn:
+            if n <= width:
+                gpn = n
+            else:
+                nodes = math.ceil(n / width)
+                while n % nodes:
+                    nodes += 1
+                gpn = n // nodes
+        return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
+                          mem_mb=t.mem_mb, partition=t.partition, predicted_duration=t.duration,
+                          user=t.user, submit_time=t.submit_time,
+                          extra_partitions=("infer",) if t.partition == "train" else ())
+
+    # ---- event plumbing -------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, idx: int, version: int = 0):
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, idx, version))
+
+    def _advance(self, t: float):
+        if self.last_t is not None and t > self.last_t:
+            self.busy_gpu_time += self.state.busy_gpus() * (t - self.last_t)
+        self.last_t = t
+        self.now = t
+
+    def run(self) -> SimResult:
+        for job in self.jobs:
+            self._push(job.trace.submit_time, ARRIVAL, job.idx)
+        start = min((j.trace.submit_time for j in self.jobs), default=0.0)
+        total = len(self.jobs)
+        next_report = 0
+        while self.heap:
+            t = self.heap[0][0]
+            self._advance(t)
+            changed = False
+            while self.heap and self.heap[0][0] == t:
+                _, kind, _, idx, version = heapq.heappop(self.heap)
+                job = self.jobs[idx]
+                if kind == ARRIVAL:
+                    self._enqueue(job)
+                    changed = True
+                elif job.running and version == job.version:
+                    self._finish(job)
+                    changed = True
+            if changed and self.queue:
+                self._schedule()
+            self.timeline.append((self.now, self.state.busy_gpus(), self.work_rate))
+            if self.progress and self.done >= next_report:
+                self.progress(self.done, total)
+                next_report = self.done + max(1, total // 200)
+        if self.progress:
+            self.progress(self.done, total)
+        return SimResult(self.policy.name, self.jobs, self.state.n_gpus, self.busy_gpu_time,
+                         _thin(self.timeline, self.options.max_timeline), self.oom_events, self.preemptions,
+                         self.n_observations, start)
+
+    # ---- queue ----------------------------------------------------------------------------------
+    def _enqueue(self, job: SimJob):
+        key = (self.policy.queue_key(job.req), job.idx)
+        job.queued_key = key
+        bisect.insort(self.queue, key)
+        self.queue_gpus += job.req.n_gpus
+        self.queue_work += job.req.expected_duration() * job.req.n_gpus
+
+    def _has_room(self) -> bool:
+        state = self.state
+        if state.n_free > 0:
+            return True
+        return self.policy.share and bool((state.gpu_njobs < min(state.max_jobs_per_gpu,
+                                                                 self.policy.max_jobs_per_gpu)).any())
+
+    def _schedule(self):
+        if not self._has_room() and not self.may_reclaim:
+            return
+        state, policy = self.state, self.policy
+        ctx = SchedulingContext(self.now, len(self.queue), self.queue_gpus, self.queue_work)
+        order = self.queue
+        if self.has_guard:
+            # jobs the policy wants first (the longest, near the end of the run): the queue is in
+            # SJF order for such policies, so they sit at its end
+            threshold = policy.urgent_duration(state, ctx)
+            k = len(order)
+            while k > 0 and self.jobs[order[k - 1][1]].req.expected_duration() >= threshold:
+                k -= 1
+            if k < len(order):
+                order = order[k:][::-1] + order[:k]  # longest first, then SJF
+        if self.policy.share:
+            classes = state.classes
+            ctx.extra["window"] = [classes.id(self.jobs[k[1]].req.job_class)
+                                   for k in self.queue[:self.options.window]]
+        started = []
+        tried = 0
+        # requests that did not fit since the last change of the cluster: an identical one will
+        # not fit either (the scheduling framework's equivalence cache)
+        failed = set()
+        memo = not policy.uses_duration
+        for key in list(order):  # a reclaim may requeue jobs while we walk
+            if tried >= self.options.queue_depth:
+                break
+            job = self.jobs[key[1]]
+            if not policy.share and job.req.n_gpus > state.n_free and not self.may_reclaim:
+                continue
+            req = job.req
+            shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive)
+            if memo and shape in failed:
+                continue
+            tried += 1
+            decision = policy.decide(state, job.req, ctx)
+            if not decision.placed and self.may_reclaim:
+                victims = policy.reclaim(state, job.req, ctx)
+                if victims:
+                    for victim in victims:
+                        self._preempt(self.jobs_by_id[victim])
+                    decision = policy.decide(state, job.req, ctx)
+            if not decision.placed:
+                failed.add(shape)
+            elif self._start(job, decision):
+                failed.clear()
+                started.append(key)
+                ctx.n_waiting -= 1
+                ctx.waiting_gpus -= job.req.n_gpus
+                self.queue_gpus -= job.req.n_gpus
+                self.queue_work -= job.req.expected_duration() * job.req.n_gpus
+            if not self._has_room() and not self.may_reclaim:
+                break
+        for key in started:
+            del self.queue[bisect.bisect_left(self.queue, key)]
+
+    @property
+    def jobs_by_id(self) -> Dict[str, SimJob]:
+        cached = getattr(self, "_by_id", None)
+        if cached is None:
+            cached = self._by_id = {j.req.job_id: j for j in self.jobs}
+        return cached
+
+    # ---- starting, rates, finishing -------------------------------------------------------------
+    def _start(self, job: SimJob, decision) -> bool:
+        state = self.state
+        gpus = decision.gpu_ids
+        cls = job.req.job_class
+        # OOM check against the truth: the new job fails at start, the residents are unharmed
+        for g in gpus:
+            if state.gpu_njobs[g]:
+                gtype = state.gpu_type_of(g)
+                classes = [self.running_by_id[r].req.job_class for r in state.gpu_jobs[g]] + [cls]
+                tputs = self.truth.set_tputs(classes, gtype)
+                if min(tputs) <= 0.0:
+                    self.oom_events += 1
+                    job.ooms += 1
+                    for other in classes[:-1]:
+                        self._observe(gtype, cls, other, self.truth.pair(gtype, cls, other))
+                        self._observe(gtype, other, cls, self.truth.pair(gtype, other, cls))
+                    self._push(self.now + self.options.oom_penalty, ARRIVAL, job.idx)
+                    return True  # it left the queue (it re-enters on the retry)
+        running = self.policy.running_job(job.req, decision, self.now)
+        state.place(running)
+        self.running_by_id[job.req.job_id] = job
+        job.running = True
+        job.last = self.now
+        job.rate = 0.0
+        job.gpu_types = tuple(state.gpu_type_of(g) for g in gpus)
+        if job.first_start is None:
+            job.first_start = self.now
+        self._refresh(self._jobs_on(gpus))
+        return True
+
+    @property
+    def running_by_id(self) -> Dict[str, SimJob]:
+        cached = getattr(self, "_running", None)
+        if cached is None:
+            cached = self._running = {}
+        return cached
+
+    def _jobs_on(self, gpus) -> List[SimJob]:
+        seen, out = set(), []
+        for g in gpus:
+            for jid in self.state.gpu_jobs[g]:
+                if jid not in seen:
+                    seen.add(jid)
+                    out.append(self.running_by_id[jid])
+        return out
+
+    def _settle(self, job: SimJob):
+        dt = self.now - job.last
+        if dt > 0:
+            job.work -= job.rate * dt
+            job.run_time += dt
+            if job.shared:
+                job.shared_time += dt
+                if job.rate < BAD_PAIR:
+                    job.bad_time += dt
+        job.last = self.now
+
+    def _true_rate(self, job: SimJob):
+        state = self.state
+        rate = 1.0
+        shared = False
+        pair = None
+        running = self.running_by_id
+        for g in state.jobs[job.req.job_id].gpus:
+            residents = state.gpu_jobs[g]
+            if len(residents) == 1:
+                continue
+            shared = True
+            classes = [running[r].req.job_class for r in residents]
+            tputs = self.truth.set_tputs(classes, state.gpu_type_of(g))
+            mine = tputs[residents.index(job.req.job_id)]
+            rate = min(rate, mine)
+            if len(residents) == 2:
+                other = classes[1] if residents[0] == job.req.job_id else classes[0]
+                pair = (state.gpu_type_of(g), other)
+        return rate, shared, pair
+
+    def _refresh(self, jobs: Sequence[SimJob]):
+        for job in jobs:
+            self._settle(job)
+            rate, shared, pair = self._true_rate(job)
+            if job.pair is not None and job.pair != pair and self.now > job.pair_since:
+                self._observe(job.pair[0], job.req.job_class, job.pair[1], job.rate)
+            if pair != job.pair:
+                job.pair = pair
+                job.pair_since = self.now
+            self.work_rate += (rate - job.rate) * job.req.n_gpus
+            job.rate = rate
+            job.shared = shared
+            job.ever_shared = job.ever_shared or shared
+            job.version += 1
+            if rate > 0:
+                self._push(self.now + max(job.work, 0.0) / rate, FINISH, job.idx, job.version)
+
+    def _observe(self, gpu_type: str, target: str, corunner: str, value: float):
+        self.n_observations += 1
+        self.policy.observe(gpu_type, target, corunner, value)
+
+    def _stop(self, job: SimJob) -> List[SimJob]:
+        """Take a running job off its GPUs; return the jobs whose co-runner set changed."""
+        self._settle(job)
+        if job.pair is not None and self.now > job.pair_since:
+            self._observe(job.pair[0], job.req.job_class, job.pair[1], job.rate)
+        job.pair = None
+        self.work_rate -= job.rate * job.req.n_gpus
+        job.rate = 0.0
+        job.running = False
+        job.version += 1
+        gpus = self.state.jobs[job.req.job_id].gpus
+        self.state.release(job.req.job_id)
+        del self.running_by_id[job.req.job_id]
+        return self._jobs_on(gpus)
+
+    def _finish(self, job: SimJob):
+        others = self._stop(job)
+        job.work = 0.0
+        job.end = self.now
+        self.done += 1
+        self._refresh(others)
+
+    def _preempt(self, job: SimJob):
+        others = self._stop(job)
+        job.preemptions += 1
+        self.preemptions += 1
+        job.work += self.options.restart_cost
+        self._refresh(others)
+        self._enqueue(job)
+
+
+def _thin(points: List[tuple], limit: int) -> List[tuple]:
+    if len(points) <= limit:
+        return points
+    step = len(points) / float(limit)
+    return [points[int(i * step)] for i in range(limit)] + [points[-1]]
+
+
+def assign_classes(trace: Sequence[TraceJob], classes: Sequence[str], seed: int):
+    """Give every job without a class one drawn uniformly from ``classes`` (reproducible by seed)."""
+    rng = np.random.default_rng(seed)
+    missing = [j for j in trace if j.job_class is None]
+    if missing and classes:
+        picks = rng.integers(0, len(classes), size=len(missing))
+        for job, k in zip(missing, picks):
+            job.job_class = classes[int(k)]

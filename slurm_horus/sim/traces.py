@@ -1,0 +1,350 @@
+"""Trace readers: every supported format becomes a list of :class:`TraceJob`.
+
+A TraceJob's ``duration`` is its run time alone on its GPUs (seconds): the work the simulator must
+get done. Formats (``--trace-format``; ``auto`` guesses from the header / extension):
+
+* ``generic``: CSV with a header; required ``submit_time`` (s), ``duration`` (s), ``num_gpus``;
+  optional ``job_id``, ``job_class``, ``gpus_per_node``, ``partition``, ``user``, ``mem_mb``.
+* ``philly``: Pollux's ``philly.csv`` (``timestamp,duration,num_gpus,gpu_time,cluster``); the submit
+  time is the timestamp minus the earliest one; the virtual cluster becomes the user.
+* ``gavel``: Gavel's tab-separated traces, 7 fields (job_type, command, num_steps_arg,
+  needs_data_dir, total_steps, arrival_time, scale_factor) or 10 fields (job_type, command,
+  working_directory, num_steps_arg, needs_data_dir, total_steps, scale_factor, priority_weight, SLO,
+  arrival_time); duration = total_steps / the class's measured solo steps/s on the cluster's GPU.
+* ``pollux``: Pollux / Sia / DeepBoot workload CSV (``name,time,application,num_replicas,batch_size``
+  [``,duration,num_task``]); training rows carry no usable duration, so it is derived from the
+  application's traces (see :func:`pollux_duration`); DeepBoot inference rows (``num_task`` ≥ 0)
+  keep their ``duration`` and go to the ``infer`` partition.
+* ``tiresias``: Tiresias / Muri CSV (``job_id,num_gpu,submit_time,iterations,model_name,duration,...``).
+* ``alibaba``: Alibaba GPU v2023 pod list (``name,...,num_gpu,gpu_milli,...,creation_time,
+  deletion_time,scheduled_time``); a pod asking ``gpu_milli`` < 1000 of one GPU is a 1-GPU job whose
+  fraction is kept in ``gpu_fraction``; duration = deletion − scheduled time.
+
+Jobs without a model identity get ``job_class = None``; the simulator assigns classes from the truth
+table by seed.
+"""
+
+import csv
+import datetime as dt
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ..errors import InputError
+
+FORMATS = ("auto", "generic", "philly", "gavel", "pollux", "tiresias", "alibaba")
+
+
+@dataclass
+class TraceJob:
+    job_id: str
+    submit_time: float
+    duration: float  # seconds alone (exclusive)
+    num_gpus: int = 1
+    gpus_per_node: int = 0  # 0: the simulator packs the job onto as few nodes as possible
+    job_class: Optional[str] = None
+    partition: str = ""
+    user: str = ""
+    mem_mb: float = 0.0
+    kind: str = "train"  # or "infer"
+    gpu_fraction: float = 1.0
+    source: str = ""  # file:line, for error messages
+    extra: Dict[str, str] = field(default_factory=dict)
+
+
+def _bad(path, line, message):
+    return InputError(f"{path}:{line}: {message}")
+
+
+def _number(path, line, row, key, kind=float, minimum=None):
+    raw = row.get(key)
+    if raw is None or str(raw).strip() == "":
+        raise _bad(path, line, f"missing value for {key!r}")
+    try:
+        value = kind(float(raw)) if kind is int else kind(raw)
+    except ValueError:
+        raise _bad(path, line, f"{key}={raw!r} is not a number") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _bad(path, line, f"{key}={raw!r} is not finite")
+    if minimum is not None and value < minimum:
+        raise _bad(path, line, f"{key}={raw!r} must be >= {minimum}")
+    return value
+
+
+def _csv_rows(path, required: Sequence[str]):
+    """(line number, row dict) of a CSV with a header; checks the required columns."""
+    handle = open(path, newline="")
+    reader = csv.DictReader(handle)
+    if reader.fieldnames is None:
+        handle.close()
+        raise _bad(path, 1, "empty file (expected a CSV header)")
+    names = [n.strip() for n in reader.fieldnames]
+    reader.fieldnames = names
+    missing = [c for c in required if c not in names]
+    if missing:
+        handle.close()
+        raise _bad(path, 1, f"missing column(s) {', '.join(missing)} (header: {','.join(names)})")
+
+    def rows():
+        with handle:
+            for row in reader:
+                if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+                    continue
+                yield reader.line_num, row
+    return rows()
+
+
+def read_generic(path, **_) -> List[TraceJob]:
+    jobs = []
+    for line, row in _csv_rows(path, ("submit_time", "duration", "num_gpus")):
+        duration = _number(path, line, row, "duration", minimum=0.0)
+        num_gpus = _number(path, line, row, "num_gpus", int, minimum=1)
+        gpn = int(float(row.get("gpus_per_node") or 0))
+        if gpn and num_gpus % gpn:
+            raise _bad(path, line, f"num_gpus={num_gpus} is not a multiple of gpus_per_node={gpn}")
+        jobs.append(TraceJob(
+            job_id=(row.get("job_id") or "").strip() or f"job{len(jobs)}",
+            submit_time=_number(path, line, row, "submit_time", minimum=0.0), duration=duration,
+            num_gpus=num_gpus, gpus_per_node=gpn, job_class=(row.get("job_class") or "").strip() or None,
+            partition=(row.get("partition") or "").strip(), user=(row.get("user") or "").strip(),
+            mem_mb=float(row.get("mem_mb") or 0.0), source=f"{path}:{line}"))
+    return jobs
+
+
+def read_philly(path, **_) -> List[TraceJob]:
+    raw = []
+    for line, row in _csv_rows(path, ("timestamp", "duration", "num_gpus")):
+        try:
+            stamp = dt.datetime.strptime(row["timestamp"].strip(), "%Y-%m-%d %H:%M:%S").timestamp()
+        except ValueError:
+            raise _bad(path, line, f"timestamp={row['timestamp']!r} is not YYYY-MM-DD HH:MM:SS") from None
+        duration = _number(path, line, row, "duration", minimum=0.0)
+        num_gpus = _number(path, line, row, "num_gpus", int, minimum=1)
+        raw.append((stamp, duration, num_gpus, (row.get("cluster") or "").strip(), line))
+    if not raw:
+        return []
+    start = min(r[0] for r in raw)
+    return [TraceJob(f"philly{i}", stamp - start, duration, num_gpus, user=cluster, source=f"{path}:{line}")
+            for i, (stamp, duration, num_gpus, cluster, line) in enumerate(raw)]
+
+
+def read_gavel(path, solo_tput: Optional[Callable[[str], Optional[float]]] = None, **_) -> List[TraceJob]:
+    """Gavel traces; ``solo_tput(job_class)`` gives steps/s alone on the cluster's GPU type."""
+    from ..interference import gavel_class
+
+    jobs = []
+    with open(path) as handle:
+        for line, text in enumerate(handle, 1):
+            text = text.rstrip("\n")
+            if not text.strip():
+                continue
+            fields = text.split("\t")
+            if len(fields) == 7:
+                job_type, steps_raw, arrival_raw, scale_raw = fields[0], fields[4], fields[5], fields[6]
+            elif len(fields) == 10:
+                job_type, steps_raw, scale_raw, arrival_raw = fields[0], fields[5], fields[6], fields[9]
+            else:
+                raise _bad(path, line, f"{len(fields)} tab-separated fields (Gavel traces have 7 or 10)")
+            row = {"total_steps": steps_raw, "arrival_time": arrival_raw, "scale_factor": scale_raw}
+            steps = _number(path, line, row, "total_steps", minimum=0.0)
+            arrival = _number(path, line, row, "arrival_time")
+            scale = _number(path, line, row, "scale_factor", int, minimum=1)
+            try:
+                job_class = gavel_class(job_type)
+            except ValueError as exc:
+                raise _bad(path, line, str(exc)) from None
+            tput = solo_tput(job_class) if solo_tput else None
+            if not tput:
+                raise _bad(path, line, f"unknown class {job_class!r} (no solo throughput in the truth/profiles)")
+            jobs.append(TraceJob(f"gavel{len(jobs)}", max(0.0, arrival), steps / tput, scale,
+                                 job_class=job_class, source=f"{path}:{line}"))
+    return jobs
+
+
+def _pollux_traces_dir(path: Path, traces_dir) -> Path:
+    if traces_dir:
+        return Path(traces_dir)
+    for candidate in (path.parent.parent / "traces", path.parent / "traces", path.parent.parent.parent / "traces"):
+        if candidate.is_dir():
+            return candidate
+    raise InputError(f"{path}: cannot find the application traces directory (give --traces-dir)")
+
+
+def _read_floats(path: Path, columns: Sequence[str]):
+    out = []
+    for line, row in _csv_rows(path, columns):
+        out.append(tuple(_number(path, line, row, c) for c in columns))
+    return out
+
+
+class PolluxApplications:
+    """Per-application traces (validation-<bsz>.csv, placements.csv) used to derive durations."""
+
+    def __init__(self, traces_dir: Path, gpus_per_node: int = 4):
+        self.dir = Path(traces_dir)
+        self.gpus_per_node = gpus_per_node
+        self._steps: Dict[str, Dict[int, float]] = {}
+        self._placements: Dict[str, Dict[str, List[tuple]]] = {}
+
+    def _validation(self, app: str) -> Dict[int, float]:
+        if app not in self._steps:
+            found = {}
+            app_dir = self.dir / app
+            if app_dir.is_dir():
+                for f in app_dir.glob("validation-*.csv"):
+                    try:
+                        bsz = int(f.stem.split("-", 1)[1])
+                    except ValueError:
+                        continue
+                    rows = _read_floats(f, ("iteration",))
+                    if rows:
+                        found[bsz] = max(r[0] for r in rows)
+            self._steps[app] = found
+        return self._steps[app]
+
+    def _placement_table(self, app: str) -> Dict[str, List[tuple]]:
+        if app not in self._placements:
+            table: Dict[str, List[tuple]] = {}
+            f = self.dir / app / "placements.csv"
+            if f.exists():
+                for line, row in _csv_rows(f, ("placement", "local_bsz", "step_time", "sync_time")):
+                    table.setdefault(row["placement"].strip(), []).append(
+                        (_number(f, line, row, "local_bsz"), _number(f, line, row, "step_time"),
+                         _number(f, line, row, "sync_time")))
+            self._placements[app] = table
+        return self._placements[app]
+
+    def placement_key(self, replicas: int) -> str:
+        full, rest = divmod(replicas, self.gpus_per_node)
+        digits = ([str(rest)] if rest else []) + [str(self.gpus_per_node)] * full
+        return "".join(digits)
+
+    def duration(self, app: str, replicas: int, batch_size: float) -> Optional[float]:
+        """See :func:`pollux_duration`."""
+        steps_by_bsz = self._validation(app)
+        table = self._placement_table(app)
+        if not steps_by_bsz or not table:
+            return None
+        ref_bsz = min(steps_by_bsz, key=lambda b: (abs(math.log(b / batch_size)), b))
+        steps = steps_by_bsz[ref_bsz] * ref_bsz / batch_size
+        key = self.placement_key(replicas)
+        if key not in table:
+            # beyond the measured placements (more than 4 nodes): the widest measured one
+            key = max(table, key=lambda k: (len(k), sum(int(c) for c in k)))
+        local = batch_size / replicas
+        _, step_time, sync_time = min(table[key], key=lambda r: abs(r[0] - local))
+        return steps * (step_time + sync_time)
+
+
+def pollux_duration(apps: PolluxApplications, app: str, replicas: int, batch_size: float):
+    """Duration rule for Pollux/Sia/DeepBoot training rows (they carry no duration).
+
+    steps to target = the last ``iteration`` of ``<app>/validation-<b>.csv`` for the measured batch
+    size ``b`` closest (in log scale) to the job's batch size, scaled by ``b / batch_size`` (the
+    same number of samples); time per step = ``step_time + sync_time`` of ``<app>/placements.csv``
+    for the job's replicas packed on 4-GPU nodes (``6`` replicas → placement ``24``) at the local
+    batch size closest to ``batch_size / replicas``; duration = steps × time per step.
+    """
+    return apps.duration(app, replicas, batch_size)
+
+
+def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
+    path = Path(path)
+    apps = None
+    jobs = []
+    for line, row in _csv_rows(path, ("name", "time", "application", "num_replicas", "batch_size")):
+        replicas = _number(path, line, row, "num_replicas", int, minimum=1)
+        submit = _number(path, line, row, "time", minimum=0.0)
+        app = row["application"].strip()
+        num_task = float(row.get("num_task") or -1)
+        if num_task >= 0 or app.startswith("infer"):
+            duration = _number(path, line, row, "duration", minimum=0.0)
+            model = app.split("-")[1] if app.count("-") >= 1 else app
+            jobs.append(TraceJob(row["name"].strip(), submit, duration, replicas, job_class=f"infer-{model}",
+                                 partition="infer", kind="infer", source=f"{path}:{line}"))
+            continue
+        if apps is None:
+            apps = PolluxApplications(_pollux_traces_dir(path, traces_dir))
+        batch = _number(path, line, row, "batch_size", minimum=1.0)
+        duration = pollux_duration(apps, app, replicas, batch)
+        if duration is None:
+            raise _bad(path, line, f"unknown application {app!r} (no traces under {apps.dir / app})")
+        jobs.append(TraceJob(row["name"].strip(), submit, duration, replicas, job_class=None,
+                             partition="train" if "num_task" in row else "", source=f"{path}:{line}",
+                             extra={"application": app}))
+    return jobs
+
+
+def read_tiresias(path, **_) -> List[TraceJob]:
+    jobs = []
+    for line, row in _csv_rows(path, ("num_gpu", "submit_time", "duration")):
+        model = (row.get("model_name") or "").strip()
+        jobs.append(TraceJob((row.get("job_id") or "").strip() or f"job{len(jobs)}",
+                             _number(path, line, row, "submit_time", minimum=0.0),
+                             _number(path, line, row, "duration", minimum=0.0),
+                             _number(path, line, row, "num_gpu", int, minimum=1),
+                             job_class=None, source=f"{path}:{line}", extra={"model": model} if model else {}))
+    return jobs
+
+
+def read_alibaba(path, **_) -> List[TraceJob]:
+    raw = []
+    for line, row in _csv_rows(path, ("name", "num_gpu", "gpu_milli", "creation_time", "deletion_time")):
+        num_gpu = _number(path, line, row, "num_gpu", int, minimum=0)
+        if num_gpu == 0:
+            continue  # CPU-only pod
+        milli = _number(path, line, row, "gpu_milli", minimum=0.0)
+        created = _number(path, line, row, "creation_time")
+        started = float(row.get("scheduled_time") or created) if (row.get("scheduled_time") or "").strip() else created
+        deleted = _number(path, line, row, "deletion_time")
+        if deleted < started:
+            raise _bad(path, line, f"deletion_time {deleted} before start {started} (negative duration)")
+        fraction = min(1.0, milli / 1000.0) if num_gpu == 1 and milli else 1.0
+        raw.append(TraceJob(row["name"].strip(), created, deleted - started, num_gpu, gpu_fraction=fraction,
+                            source=f"{path}:{line}"))
+    if raw:
+        first = min(j.submit_time for j in raw)
+        for j in raw:
+            j.submit_time -= first
+    return raw
+
+
+READERS = {"generic": read_generic, "philly": read_philly, "gavel": read_gavel, "pollux": read_pollux,
+           "tiresias": read_tiresias, "alibaba": read_alibaba}
+
+
+def guess_format(path) -> str:
+    path = Path(path)
+    if path.suffix == ".trace":
+        return "gavel"
+    with open(path, newline="") as handle:
+        header = handle.readline().strip().lower()
+    cols = set(c.strip() for c in header.split(","))
+    if "\t" in header:
+        return "gavel"
+    if {"timestamp", "duration", "num_gpus"} <= cols:
+        return "philly"
+    if {"application", "num_replicas", "batch_size"} <= cols:
+        return "pollux"
+    if {"gpu_milli", "num_gpu"} <= cols:
+        return "alibaba"
+    if {"num_gpu", "submit_time"} <= cols:
+        return "tiresias"
+    return "generic"
+
+
+def read_trace(path, fmt: str = "auto", **options) -> List[TraceJob]:
+    """Read ``path`` in format ``fmt`` (see the module docstring); errors name file:line."""
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such trace file")
+    if fmt == "auto":
+        fmt = guess_format(path)
+    if fmt not in READERS:
+        raise InputError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
+    jobs = READERS[fmt](path, **options)
+    for job in jobs:
+        if job.duration < 0:
+            raise InputError(f"{job.source}: negative duration {job.duration}")
+    return jobs

@@ -1,0 +1,1 @@
+"""The SQLite history database: schema, reads and writes (sqlite-utils)."""

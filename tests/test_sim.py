@@ -1,0 +1,199 @@
+"""Simulator: sanity properties, metrics, CLI and bad input (tiny made-up traces only)."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slurm_horus.interference.base import Observation
+from slurm_horus.placement import NodeGroup
+from slurm_horus.sim.cli import simulate
+from slurm_horus.sim.engine import SimOptions
+from slurm_horus.sim.metrics import summarize
+from slurm_horus.sim.run import parse_cluster, run_policies
+from slurm_horus.sim.traces import TraceJob
+from slurm_horus.sim.truth import Truth, TruthPredictor
+
+CLASSES = ["a", "b", "c", "d"]
+EXCLUSIVE_TWIN = {"sjf-ffs": "sjf", "sjf-bsbf": "sjf", "horus": "sjf", "oracle": "sjf",
+                  "horus-util": "slurm-default", "iasp-iapp": "slurm-default"}
+
+
+def make_trace(n=60, seed=1, span=400.0):
+    rng = np.random.default_rng(seed)
+    return [TraceJob(f"j{i}", float(t), float(d), 1, job_class=CLASSES[i % 4])
+            for i, (t, d) in enumerate(zip(np.sort(rng.uniform(0, span, n)), rng.uniform(50, 400, n)))]
+
+
+def random_truth(seed=3):
+    rng = np.random.default_rng(seed)
+    obs = [Observation("v100", a, b, float(rng.uniform(0.3, 0.95))) for a in CLASSES for b in CLASSES]
+    return Truth(obs, classes=CLASSES)
+
+
+def constant_truth(value):
+    return Truth([], classes=CLASSES, constant=value, name=str(value))
+
+
+def simulate_all(truth, policies, trace=None, groups=None, knows_truth=True, seed=0):
+    groups = groups or [NodeGroup(2, 2, "v100", 16384.0)]
+    factory = (lambda kind: TruthPredictor(truth)) if knows_truth else None
+    results = run_policies(trace or make_trace(), groups, truth, policies, seed=seed, holdout=False,
+                           predictor_factory=factory)
+    return {r.policy: (r, summarize(r)) for r in results}
+
+
+def test_no_interference_sharing_never_loses_to_exclusive():
+    out = simulate_all(constant_truth(1.0), list(EXCLUSIVE_TWIN) + ["sjf", "slurm-default"])
+    for sharing, exclusive in EXCLUSIVE_TWIN.items():
+        assert out[sharing][1]["mean_jct"] <= out[exclusive][1]["mean_jct"] + 1e-6, sharing
+        assert out[sharing][1]["makespan"] <= out[exclusive][1]["makespan"] + 1e-6, sharing
+    assert out["horus"][1]["mean_jct"] < out["sjf"][1]["mean_jct"]  # and it does share
+
+
+def test_all_infeasible_truth_makes_sharing_policies_exclusive():
+    # horus's makespan guard reorders the queue, so its exclusive twin is itself without the guard
+    twins = {k: v for k, v in EXCLUSIVE_TWIN.items() if k not in ("horus", "oracle")}
+    twins.update({"horus/guard=0": "sjf", "oracle/guard=0": "sjf"})
+    out = simulate_all(constant_truth(0.0), list(twins) + ["sjf", "slurm-default", "horus"])
+    assert all(j.shared_time == 0 for j in out["horus"][0].jobs)
+    for sharing, exclusive in twins.items():
+        mine = sorted((j.req.job_id, j.first_start, j.end) for j in out[sharing][0].jobs)
+        twin = sorted((j.req.job_id, j.first_start, j.end) for j in out[exclusive][0].jobs)
+        assert mine == twin, sharing
+        assert out[sharing][1]["oom_events"] == 0
+        assert all(j.shared_time == 0 for j in out[sharing][0].jobs)
+
+
+def test_infeasible_pairs_cause_oom_and_requeue_when_the_model_is_wrong():
+    truth = constant_truth(0.0)
+    trace = make_trace(12, span=10.0)
+    results = run_policies(trace, [NodeGroup(1, 2, "v100", 16384.0)], truth, ["sjf-ffs"], holdout=False,
+                           predictor_factory=lambda kind: TruthPredictor(constant_truth(0.9)),
+                           options=SimOptions(oom_penalty=30.0))
+    s = summarize(results[0])
+    assert s["oom_events"] >= 1 and s["unfinished"] == 0
+    assert s["bad_pair_share"] == 0.0  # nothing ever ran shared
+
+
+def test_same_seed_same_result_and_seed_matters_for_classes():
+    trace = [TraceJob(f"j{i}", float(i * 5), 100.0 + i, 1) for i in range(40)]  # no classes: drawn by seed
+    truth = random_truth()
+    first = simulate_all(truth, ["horus", "sjf-bsbf"], trace=trace, seed=7)
+    again = simulate_all(truth, ["horus", "sjf-bsbf"], trace=trace, seed=7)
+    for name in first:
+        assert first[name][1] == again[name][1]
+    other = simulate_all(truth, ["horus"], trace=trace, seed=8)
+    classes = [j.req.job_class for j in first["horus"][0].jobs]
+    assert classes != [j.req.job_class for j in other["horus"][0].jobs]
+
+
+def test_oracle_not_beaten_beyond_noise():
+    trace = make_trace(120, span=200.0)
+    out = simulate_all(random_truth(), ["oracle", "horus", "sjf-bsbf", "sjf-ffs"], trace=trace, knows_truth=False)
+    oracle = out["oracle"][1]
+    for name in ("horus", "sjf-bsbf", "sjf-ffs"):
+        assert oracle["makespan"] <= out[name][1]["makespan"] * 1.05, name
+
+
+def test_work_is_conserved_and_metrics_are_consistent():
+    out = simulate_all(random_truth(), ["slurm-default", "horus"])
+    for name, (result, s) in out.items():
+        assert s["unfinished"] == 0
+        for job in result.jobs:
+            assert job.end >= job.first_start >= job.trace.submit_time
+            assert job.run_time >= job.trace.duration - 1e-6  # never faster than alone
+        assert 0 < s["gpu_allocation_ratio"] <= 1.0 + 1e-9
+    exclusive = out["slurm-default"][1]
+    assert exclusive["effective_utilization"] == pytest.approx(exclusive["gpu_allocation_ratio"], rel=1e-6)
+
+
+def test_true_rate_of_a_shared_pair_is_used():
+    truth = Truth([Observation("v100", "a", "b", 0.5), Observation("v100", "b", "a", 0.8)], classes=["a", "b"])
+    trace = [TraceJob("x", 0.0, 100.0, 1, job_class="a"), TraceJob("y", 0.0, 100.0, 1, job_class="b")]
+    results = run_policies(trace, [NodeGroup(1, 1, "v100", 16384.0)], truth, ["sjf-ffs"], holdout=False,
+                           predictor_factory=lambda kind: TruthPredictor(truth))
+    ends = {j.req.job_id: j.end for j in results[0].jobs}
+    # together: a at 0.5, b at 0.8 → b ends at 125 s having let a do 62.5 s; a finishes alone at 162.5 s
+    assert ends["y"] == pytest.approx(125.0)
+    assert ends["x"] == pytest.approx(162.5)
+
+
+def test_multi_gpu_job_runs_at_its_slowest_gpu():
+    truth = Truth([Observation("v100", "a", "b", 0.5), Observation("v100", "b", "a", 0.9)], classes=["a", "b"])
+    trace = [TraceJob("small", 0.0, 1000.0, 1, job_class="b"), TraceJob("big", 1.0, 100.0, 2, job_class="a")]
+    results = run_policies(trace, [NodeGroup(1, 2, "v100", 16384.0)], truth, ["sjf-ffs"], holdout=False,
+                           predictor_factory=lambda kind: TruthPredictor(truth))
+    big = [j for j in results[0].jobs if j.req.job_id == "big"][0]
+    assert big.end == pytest.approx(1.0 + 200.0)
+
+
+def test_deepboot_lending_helps_training(tmp_path):
+    groups = [NodeGroup(1, 2, "v100", 16384.0, ("train",)), NodeGroup(1, 2, "v100", 16384.0, ("infer",))]
+    trace = [TraceJob(f"t{i}", float(i), 300.0, 1, job_class="a", partition="train") for i in range(8)]
+    trace += [TraceJob(f"i{i}", 100.0 + 50 * i, 20.0, 1, job_class="infer-x", partition="infer", kind="infer")
+              for i in range(5)]
+    out = simulate_all(random_truth(), ["deepboot", "deepboot-nolend"], trace=trace, groups=groups)
+    from slurm_horus.sim.metrics import jct_by_kind
+    assert jct_by_kind(out["deepboot"][0], "train") < jct_by_kind(out["deepboot-nolend"][0], "train")
+    assert out["deepboot"][1]["preemptions"] >= 1
+    assert out["deepboot"][1]["unfinished"] == 0
+
+
+def test_cluster_spec_groups_and_partitions(tmp_path):
+    groups = parse_cluster("2x4:v100@train,1x8:p100@infer+default")
+    assert [(g.nodes, g.gpus_per_node, g.gpu_type, g.partitions) for g in groups] == [
+        (2, 4, "v100", ("train",)), (1, 8, "p100", ("infer", "default"))]
+    yaml = tmp_path / "c.yaml"
+    yaml.write_text("groups:\n  - nodes: 3\n    gpus_per_node: 2\n    gpu_type: v100\n    partitions: [a, b]\n")
+    assert [(g.nodes, g.partitions) for g in parse_cluster(str(yaml))] == [(3, ("a", "b"))]
+    from slurm_horus.errors import InputError
+    with pytest.raises(InputError):
+        parse_cluster("4:v100")
+
+
+def _generic(tmp_path, rows, header="job_id,submit_time,duration,num_gpus,job_class"):
+    path = tmp_path / "t.csv"
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_cli_compares_policies_and_writes_outputs(tmp_path):
+    rows = [f"j{i},{i * 10},{100 + 7 * i},1,{['resnet18-bs64', 'lm-bs20', 'a3c'][i % 3]}" for i in range(30)]
+    trace = _generic(tmp_path, rows)
+    out_json, out_csv, out_html = tmp_path / "s.json", tmp_path / "jobs.csv", tmp_path / "r.html"
+    result = CliRunner().invoke(simulate, ["--trace", trace, "--cluster", "2x2:v100", "--policy",
+                                           "slurm-default,horus,sjf-bsbf", "--json", str(out_json),
+                                           "--jobs-csv", str(out_csv), "--report", str(out_html),
+                                           "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "slurm-default" in result.output and "x)" in result.output
+    data = json.loads(out_json.read_text())
+    assert set(data["policies"]) == {"slurm-default", "horus", "sjf-bsbf"}
+    assert data["policies"]["horus"]["makespan"] > 0 and "mean_queueing_delay" in data["policies"]["horus"]
+    assert len(out_csv.read_text().splitlines()) == 1 + 3 * 30
+    html = out_html.read_text()
+    assert "<svg" in html and "horus" in html
+
+
+@pytest.mark.parametrize("rows,message", [
+    (["j1,0,100,1,a3c", "j2,5,-3,1,a3c"], ":3: duration='-3' must be >= 0.0"),
+    (["j1,0,100,1,nosuchclass"], ":2: unknown class 'nosuchclass'"),
+    (["j1,zero,100,1,a3c"], ":2: submit_time='zero' is not a number"),
+])
+def test_cli_bad_trace_names_file_and_line(tmp_path, rows, message):
+    from slurm_horus.cli import main
+    trace = _generic(tmp_path, rows)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--trace", trace, "--cluster", "1x2:v100", "--policy", "slurm-default", "--no-progress"])
+    assert exit_info.value.code == 2
+
+
+def test_cli_bad_trace_message(tmp_path, capsys):
+    from slurm_horus.cli import main
+    trace = _generic(tmp_path, ["j1,0,100,1"], header="job_id,submit_time,num_gpus,job_class")
+    with pytest.raises(SystemExit):
+        main(["simulate", "--trace", trace, "--policy", "slurm-default", "--no-progress"])
+    err = capsys.readouterr().err
+    assert "t.csv:1: missing column(s) duration" in err
