@@ -1,16 +1,20 @@
 """``cf``: collaborative filtering over (target class, co-runner class, GPU type) with side information.
 
-After IASP's formulation of interference prediction as a sparse recommendation problem: the known
-pairs are a few entries of a class x class matrix per GPU type, filled in by a low-rank model.
+The IASP family of predictors named in the project's issue: interference prediction as
+collaborative filtering (a recommendation problem), where the measured pairs are a few entries of
+a class x class matrix per GPU type and a low-rank model with side information fills in the rest.
 
 Model (fitted by L-BFGS on the feasible observations, squared error + L2):
 
-    x_g(t, c) = mu_g + b_t + b'_c + d_{g,t} + d'_{g,c} + s_g * <p_t, q_c> + w . phi_g(t, c)
+    x_g(t, c) = mu_g + b_t + b'_c + d_{g,t} + d'_{g,c} + s_g * <p_t + dp_{g,t}, q_c + dq_{g,c}>
+                + w . phi_g(t, c) + a_g . f_g(t) + a'_g . f_g(c)
 
 ``b, b', p, q`` are shared by all GPU types, so a GPU type with few observations borrows them and
-only learns its offset ``mu_g``, scale ``s_g`` and small per-class corrections ``d, d'`` (more strongly
-regularized). ``phi`` is the side information from the solo profiles (time-slicing baseline from
-GPU utilization, memory-bandwidth overlap, memory pressure; zero where unknown). A pair is covered
+learns its offset ``mu_g``, scale ``s_g`` and regularized per-class corrections ``d, dp, dq``; a
+well-observed GPU type uses those corrections to keep its own structure. ``f`` is per-class side
+information (see :func:`class_side`); ``phi`` is pair side information from the solo profiles
+(time-slicing baseline from GPU utilization, memory-bandwidth overlap, memory pressure; zero where
+unknown). A pair is covered
 when both classes were observed co-located on some GPU type.
 """
 
@@ -71,12 +75,13 @@ def class_side(profile_table, gpu_type):
 
 class CFPredictor(TablePredictor):
     name = "cf"
-    options = {"rank": 2, "reg": 1e-3, "reg_gpu": 3e-4, "seed": 0, "max_iter": 500}
+    options = {"rank": 6, "reg": 1e-3, "reg_gpu": 3e-4, "reg_factor": 1e-3, "seed": 0, "max_iter": 500}
 
     def _layout(self, gpus, count):
         rank = self.settings["rank"]
         shapes = [("mu", (gpus,)), ("scale", (gpus,)), ("bt", (count,)), ("bc", (count,)),
                   ("dt", (gpus, count)), ("dc", (gpus, count)), ("p", (count, rank)), ("q", (count, rank)),
+                  ("dp", (gpus, count, rank)), ("dq", (gpus, count, rank)),
                   ("w", (N_SIDE,)), ("at", (gpus, N_CLASS_SIDE)), ("ac", (gpus, N_CLASS_SIDE))]
         layout, start = [], 0
         for name, shape in shapes:
@@ -110,13 +115,15 @@ class CFPredictor(TablePredictor):
         init["scale"][:] = 1.0
         init["p"][:] = rng.normal(0, 0.1, init["p"].shape)
         init["q"][:] = rng.normal(0, 0.1, init["q"].shape)
-        reg, reg_gpu = self.settings["reg"], self.settings["reg_gpu"]
+        reg, reg_gpu, reg_factor = self.settings["reg"], self.settings["reg_gpu"], self.settings["reg_factor"]
         classes = np.stack([class_side(self.profile_table, gpu) for gpu in self.gpu_types])
         n = max(len(y), 1)
 
         def loss(vector):
             v = self._unpack(vector)
-            inner = np.einsum("ij,ij->i", v["p"][t], v["q"][c])
+            pt = v["p"][t] + v["dp"][g, t]  # shared factors plus this GPU type's deviation
+            qc = v["q"][c] + v["dq"][g, c]
+            inner = np.einsum("ij,ij->i", pt, qc)
             pred = (v["mu"][g] + v["bt"][t] + v["bc"][c] + v["dt"][g, t] + v["dc"][g, c]
                     + v["scale"][g] * inner + features @ v["w"]
                     + np.einsum("ij,ij->i", classes[g, t], v["at"][g]) + np.einsum("ij,ij->i", classes[g, c], v["ac"][g]))
@@ -131,10 +138,14 @@ class CFPredictor(TablePredictor):
             d["dc"][:] = np.bincount(g * count + c, r, gpus * count).reshape(gpus, count) + reg_gpu * v["dc"]
             weighted = (r * v["scale"][g])[:, None]
             for k in range(v["p"].shape[1]):
-                d["p"][:, k] = np.bincount(t, weighted[:, 0] * v["q"][c, k], count)
-                d["q"][:, k] = np.bincount(c, weighted[:, 0] * v["p"][t, k], count)
+                d["p"][:, k] = np.bincount(t, weighted[:, 0] * qc[:, k], count)
+                d["q"][:, k] = np.bincount(c, weighted[:, 0] * pt[:, k], count)
+                d["dp"][:, :, k] = np.bincount(g * count + t, weighted[:, 0] * qc[:, k], gpus * count).reshape(gpus, count)
+                d["dq"][:, :, k] = np.bincount(g * count + c, weighted[:, 0] * pt[:, k], gpus * count).reshape(gpus, count)
             d["p"] += reg * v["p"]
             d["q"] += reg * v["q"]
+            d["dp"] += reg_factor * v["dp"]
+            d["dq"] += reg_factor * v["dq"]
             d["w"][:] = features.T @ r
             for k in range(N_CLASS_SIDE):
                 d["at"][:, k] = np.bincount(g, r * classes[g, t, k], gpus)
@@ -144,7 +155,8 @@ class CFPredictor(TablePredictor):
             value = 0.5 * n * np.sum(r * r) + 0.5 * reg * (
                 np.sum(v["bt"] ** 2) + np.sum(v["bc"] ** 2) + np.sum(v["p"] ** 2) + np.sum(v["q"] ** 2)
                 + np.sum((v["scale"] - 1.0) ** 2)) + 0.5 * reg_gpu * (np.sum(v["dt"] ** 2) + np.sum(v["dc"] ** 2)) \
-                + 0.5 * reg * (np.sum(v["at"] ** 2) + np.sum(v["ac"] ** 2))
+                + 0.5 * reg * (np.sum(v["at"] ** 2) + np.sum(v["ac"] ** 2)) \
+                + 0.5 * reg_factor * (np.sum(v["dp"] ** 2) + np.sum(v["dq"] ** 2))
             return value, grad
 
         result = minimize(loss, start, jac=True, method="L-BFGS-B",
@@ -158,15 +170,17 @@ class CFPredictor(TablePredictor):
         if position is None:  # a GPU type never observed: shared terms, mean offset and scale
             mu, scale = v["mu"].mean(), v["scale"].mean()
             dt = dc = np.zeros(count)
+            p, q = v["p"], v["q"]
         else:
             mu, scale = v["mu"][position], v["scale"][position]
             dt, dc = v["dt"][position], v["dc"][position]
+            p, q = v["p"] + v["dp"][position], v["q"] + v["dq"][position]
         side = self._sides.get(gpu_type) or side_features(
             self.profile_table.features(gpu_type), self.memory.capacity_mb(gpu_type))
         t, c = np.meshgrid(np.arange(count), np.arange(count), indexing="ij")
         extra = (phi(side, t.ravel(), c.ravel()) @ v["w"]).reshape(count, count)
         values = (mu + (v["bt"] + dt)[:, None] + (v["bc"] + dc)[None, :]
-                  + scale * (v["p"] @ v["q"].T) + extra)
+                  + scale * (p @ q.T) + extra)
         side_of_class = class_side(self.profile_table, gpu_type)
         at = v["at"][position] if position is not None else v["at"].mean(axis=0)
         ac = v["ac"][position] if position is not None else v["ac"].mean(axis=0)
