@@ -169,3 +169,9 @@ def test_score_figures_on_known_values():
     assert result["spearman"] == pytest.approx(0.9486833, abs=1e-6)
     assert result["infeasible_predicted_feasible"] == 0.5
     assert result["coverage"] == 0.75
+
+
+@pytest.mark.parametrize("name", sorted(PREDICTORS))
+def test_no_data_at_all_gives_the_default(name):
+    answer = build_model(name, [], []).explain("a", ["b"], "v100")
+    assert (answer.norm_tput, answer.source) == (0.5, "default")

@@ -108,6 +108,10 @@ class CFPredictor(TablePredictor):
             mine = g == position
             features[mine] = phi(self._sides[gpu], t[mine], c[mine])
         self._layout_cache = self._layout(gpus, count)
+        self._gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_types)}
+        if not len(y):  # nothing observed co-located: cf covers no pair
+            self.params = self._unpack(np.zeros(self._layout_cache[1]))
+            return
         rng = np.random.default_rng(self.settings["seed"])
         start = np.zeros(self._layout_cache[1])
         init = self._unpack(start)
@@ -117,6 +121,7 @@ class CFPredictor(TablePredictor):
         init["q"][:] = rng.normal(0, 0.1, init["q"].shape)
         reg, reg_gpu, reg_factor = self.settings["reg"], self.settings["reg_gpu"], self.settings["reg_factor"]
         classes = np.stack([class_side(self.profile_table, gpu) for gpu in self.gpu_types])
+        penalties = [(reg, ("bt", "bc", "p", "q", "at", "ac")), (reg_gpu, ("dt", "dc")), (reg_factor, ("dp", "dq"))]
         n = max(len(y), 1)
 
         def loss(vector):
@@ -132,40 +137,35 @@ class CFPredictor(TablePredictor):
             d = self._unpack(grad)
             d["mu"][:] = np.bincount(g, r, gpus)
             d["scale"][:] = np.bincount(g, r * inner, gpus) + reg * (v["scale"] - 1.0)
-            d["bt"][:] = np.bincount(t, r, count) + reg * v["bt"]
-            d["bc"][:] = np.bincount(c, r, count) + reg * v["bc"]
-            d["dt"][:] = np.bincount(g * count + t, r, gpus * count).reshape(gpus, count) + reg_gpu * v["dt"]
-            d["dc"][:] = np.bincount(g * count + c, r, gpus * count).reshape(gpus, count) + reg_gpu * v["dc"]
-            weighted = (r * v["scale"][g])[:, None]
+            d["bt"][:] = np.bincount(t, r, count)
+            d["bc"][:] = np.bincount(c, r, count)
+            d["dt"][:] = np.bincount(g * count + t, r, gpus * count).reshape(gpus, count)
+            d["dc"][:] = np.bincount(g * count + c, r, gpus * count).reshape(gpus, count)
+            weighted = r * v["scale"][g]
             for k in range(v["p"].shape[1]):
-                d["p"][:, k] = np.bincount(t, weighted[:, 0] * qc[:, k], count)
-                d["q"][:, k] = np.bincount(c, weighted[:, 0] * pt[:, k], count)
-                d["dp"][:, :, k] = np.bincount(g * count + t, weighted[:, 0] * qc[:, k], gpus * count).reshape(gpus, count)
-                d["dq"][:, :, k] = np.bincount(g * count + c, weighted[:, 0] * pt[:, k], gpus * count).reshape(gpus, count)
-            d["p"] += reg * v["p"]
-            d["q"] += reg * v["q"]
-            d["dp"] += reg_factor * v["dp"]
-            d["dq"] += reg_factor * v["dq"]
+                d["p"][:, k] = np.bincount(t, weighted * qc[:, k], count)
+                d["q"][:, k] = np.bincount(c, weighted * pt[:, k], count)
+                d["dp"][:, :, k] = np.bincount(g * count + t, weighted * qc[:, k], gpus * count).reshape(gpus, count)
+                d["dq"][:, :, k] = np.bincount(g * count + c, weighted * pt[:, k], gpus * count).reshape(gpus, count)
             d["w"][:] = features.T @ r
             for k in range(N_CLASS_SIDE):
                 d["at"][:, k] = np.bincount(g, r * classes[g, t, k], gpus)
                 d["ac"][:, k] = np.bincount(g, r * classes[g, c, k], gpus)
-            d["at"] += reg * v["at"]
-            d["ac"] += reg * v["ac"]
-            value = 0.5 * n * np.sum(r * r) + 0.5 * reg * (
-                np.sum(v["bt"] ** 2) + np.sum(v["bc"] ** 2) + np.sum(v["p"] ** 2) + np.sum(v["q"] ** 2)
-                + np.sum((v["scale"] - 1.0) ** 2)) + 0.5 * reg_gpu * (np.sum(v["dt"] ** 2) + np.sum(v["dc"] ** 2)) \
-                + 0.5 * reg * (np.sum(v["at"] ** 2) + np.sum(v["ac"] ** 2)) \
-                + 0.5 * reg_factor * (np.sum(v["dp"] ** 2) + np.sum(v["dq"] ** 2))
+            value = 0.5 * n * np.sum(r * r) + 0.5 * reg * np.sum((v["scale"] - 1.0) ** 2)
+            for weight, names in penalties:
+                for name in names:
+                    d[name] += weight * v[name]
+                    value += 0.5 * weight * np.sum(v[name] ** 2)
             return value, grad
 
         result = minimize(loss, start, jac=True, method="L-BFGS-B",
                           options={"maxiter": self.settings["max_iter"]})
         self.params = self._unpack(result.x.copy())
-        self._gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_types)}
 
     def _pair_matrix(self, gpu_type):
         v, count = self.params, len(self.index)
+        if not self._seen.any():
+            return np.full((count, count), np.nan)
         position = self._gpu_position.get(gpu_type)
         if position is None:  # a GPU type never observed: shared terms, mean offset and scale
             mu, scale = v["mu"].mean(), v["scale"].mean()
