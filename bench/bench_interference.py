@@ -55,8 +55,13 @@ def leave_pairs_out(observations, share, seed, gpu_types=None):
 
 
 def mean_scores(runs):
-    keys = [k for k in runs[0] if k != "n"]
-    return dict({k: round(float(np.nanmean([r[k] for r in runs])), 4) for k in keys}, n=int(sum(r["n"] for r in runs)))
+    """Mean of each figure over runs (NaN runs, e.g. a Spearman of constant predictions, skipped)."""
+    result = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r[key] == r[key]]
+        result[key] = round(float(np.mean(values)), 4) if values else float("nan")
+    result["n"] = int(sum(r["n"] for r in runs))
+    return result
 
 
 def run_scenario(splits, profiles, predictors):

@@ -46,7 +46,7 @@ class _Means:
 
 class MLPPredictor(TablePredictor):
     name = "mlp"
-    options = {"hidden": 16, "epochs": 600, "rate": 0.02, "decay": 1e-4, "seeds": 2}
+    options = {"hidden": 16, "epochs": 600, "rate": 0.02, "decay": 3e-3, "seeds": 2}
 
     def _class_inputs(self, gpu_type):
         f = self.profile_table.features(gpu_type)
