@@ -26,8 +26,13 @@ test: $(STAMP) deps
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -m 'not slurm and not slurmdbd' $(PYTEST_ARGS)
 
-bench: $(STAMP)
-	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
+# Benchmarks that need neither ../shared/data nor a long run; the others are run one by one
+# (see the docstring at the top of each bench/bench_*.py).
+BENCH_SELF_CONTAINED = bench/bench_horusd.py bench/bench_pin_vs_leave.py bench/bench_localcluster.py \
+	bench/bench_submit_overhead.py bench/bench_failopen.py bench/bench_sbatch.py
+
+bench: $(STAMP) deps
+	for b in $(BENCH_SELF_CONTAINED); do $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
