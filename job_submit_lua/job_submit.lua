@@ -176,16 +176,19 @@ horus.json_value = json_value
 
 local HINT_NAMES = { "HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES" }
 
+-- One variable of a batch job's environment (nil for srun/salloc or when unreadable).
+local function job_env(job, name)
+  local env_ok, env = pcall(function() return job.environment end)
+  if not env_ok or type(env) ~= "table" then return nil end
+  local ok, value = pcall(function() return env[name] end)
+  if ok and value ~= nil then return tostring(value) end
+  return nil
+end
+
 -- The request line sent to horusd (JSON; reply asked for as key=value, which Lua parses cheaply).
 function horus.build_request(job, submit_uid, request)
   local hints = {}
-  local env_ok, env = pcall(function() return job.environment end)
-  if env_ok and type(env) == "table" then
-    for _, name in ipairs(HINT_NAMES) do
-      local hint_ok, value = pcall(function() return env[name] end)
-      if hint_ok and value ~= nil then hints[name] = tostring(value) end
-    end
-  end
+  for _, name in ipairs(HINT_NAMES) do hints[name] = job_env(job, name) end
   local message = {
     op = "place",
     reply = "kv",
@@ -209,7 +212,7 @@ end
 
 -- Parse horusd's key=value reply: "ok=1;action=place;id=h-1;nodes=n3;tres=gres:gpu:g2:1;..."
 -- Returns a table, or nil and why. Values may not contain ';'.
-function horus.parse_reply(line, conf)
+function horus.parse_kv(line)
   if type(line) ~= "string" or line == "" then return nil, "empty reply" end
   local reply = {}
   for pair in string.gmatch(line, "[^;]+") do
@@ -218,12 +221,27 @@ function horus.parse_reply(line, conf)
     reply[key] = value
   end
   if reply.ok ~= "1" then return nil, "not ok: " .. tostring(reply.error) end
+  return reply
+end
+
+-- The fields that end up in the admin_comment token must be plain words.
+local function check_token_fields(reply)
+  if not reply.id or not string.match(reply.id, "^[%w%-_]+$") then return "bad id" end
+  if reply.class and not string.match(reply.class, "^[%w%-_%.]+$") then return "bad class" end
+  if reply.mode and not string.match(reply.mode, "^[%a]+$") then return "bad mode" end
+  if reply.slowdown and not string.match(reply.slowdown, "^%d+%.?%d*$") then return "bad slowdown" end
+  return nil
+end
+
+function horus.parse_reply(line, conf)
+  local reply, why = horus.parse_kv(line)
+  if not reply then return nil, why end
   if reply.action == "unchanged" then return reply end
   if reply.action ~= "place" then return nil, "unknown action" end
   if not reply.nodes or not string.match(reply.nodes, "^[%w%-%.%[%],]+$") then return nil, "bad nodes" end
   if not reply.tres or not string.match(reply.tres, "^[%w:/=,_%-]+$") then return nil, "bad tres" end
-  if not reply.id or not string.match(reply.id, "^[%w%-_]+$") then return nil, "bad id" end
-  if reply.class and not string.match(reply.class, "^[%w%-_%.]+$") then return nil, "bad class" end
+  local bad = check_token_fields(reply)
+  if bad then return nil, bad end
   if reply.partition and not string.match(reply.partition, "^[%w%-_]+$") then return nil, "bad partition" end
   local age = string.match(reply.age or "", "^%d+%.?%d*$") and tonumber(reply.age) or nil
   if age == nil or age > conf.max_state_age_s then return nil, "stale state" end
@@ -239,6 +257,10 @@ function horus.apply(job, reply)
   if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
   if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
   if reply.partition and reply.partition ~= "" then job.partition = reply.partition end
+  return horus.append_token(job, reply)
+end
+
+function horus.append_token(job, reply)
   local token = "horus:" .. reply.id .. ":" .. (reply.mode or "exclusive") .. ":" .. (reply.slowdown or "1.00")
     .. ":" .. (reply.class or "unknown")
   local previous = job.admin_comment
@@ -248,6 +270,19 @@ function horus.apply(job, reply)
     job.admin_comment = token
   end
   return token
+end
+
+-- horus-sbatch decided before submission and put HORUS_DECISION=<id> in the job's environment;
+-- horusd confirms the decision is its own (and the submitter's) before the token is recorded, so
+-- a user cannot forge one. Returns the reply, or nil and why.
+function horus.parse_confirm(line, claimed)
+  local reply, why = horus.parse_kv(line)
+  if not reply then return nil, why end
+  if reply.action ~= "confirm" then return nil, "decision " .. tostring(claimed) .. " not confirmed" end
+  if reply.id ~= claimed then return nil, "confirmed another decision" end
+  local bad = check_token_fields(reply)
+  if bad then return nil, bad end
+  return reply
 end
 
 -- Ask horusd over its Unix socket; every step bounded by the same deadline.
@@ -301,6 +336,15 @@ end
 function horus.submit(job, submit_uid)
   local conf = horus.load_config()
   if file_exists(conf.disable_file) then return "skip: disabled by " .. conf.disable_file end
+  local claimed = job_env(job, "HORUS_DECISION")
+  if claimed then
+    if not string.match(claimed, "^[%w%-_]+$") then return "skip: malformed HORUS_DECISION" end
+    local raw, err = horus.ask(conf, json_value({ op = "confirm", reply = "kv", id = claimed, uid = submit_uid }))
+    if not raw then return "unchanged: horusd " .. tostring(err) end
+    local reply, why = horus.parse_confirm(raw, claimed)
+    if not reply then return "unchanged: " .. tostring(why) end
+    return "confirmed " .. horus.append_token(job, reply)
+  end
   local handle, request = horus.should_handle(job, conf)
   if not handle then return "skip: " .. tostring(request) end
   local line = horus.build_request(job, submit_uid, request)

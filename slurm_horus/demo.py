@@ -1,9 +1,17 @@
 """``horus demo``: the end-to-end tour on a real local cluster, one numbered step at a time.
 
-Each step is a :class:`Step` in :data:`STEPS`; later features add theirs (horusd with the placing
-job_submit.lua, horus-sbatch, the report, the simulator) to that list. Teardown always runs.
+Each step is a :class:`Step` in :data:`STEPS`: a local Slurm cluster with accounting, horusd and the
+placing job_submit.lua; a mixed deep-learning workload (fake GPU jobs of Gavel's V100 classes)
+submitted with plain ``sbatch`` and with ``horus-sbatch``; who shares which GPU and why; what sacct
+recorded; the utilization report; the simulator on the embedded trace. Teardown always runs.
 """
 
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
@@ -14,8 +22,24 @@ from .localcluster import LocalCluster
 
 JOB_SCRIPT = """#!/bin/sh
 echo "node=$SLURMD_NODENAME job_gpus=${SLURM_JOB_GPUS:--} gpu_device_ordinal=${GPU_DEVICE_ORDINAL:--}"
-sleep 2
+sleep ${DEMO_SECONDS:-12}
 """
+
+# (label, how, class or None, extra sbatch options): the sbatch jobs fill the cluster's 8 GPUs, so
+# the four horus-sbatch jobs arrive under pressure, where sharing is on the table.
+WORKLOAD = [
+    ("resnet50", "sbatch", "resnet50-bs64", []),
+    ("lm", "sbatch", "lm-bs20", []),
+    ("transformer", "sbatch", "transformer-bs64", []),
+    ("cyclegan", "sbatch", "cyclegan", []),
+    ("recommend-1", "sbatch", "recommendation-bs2048", []),
+    ("unknown-1", "sbatch", None, []),
+    ("two-gpus", "sbatch", "resnet18-bs16", ["--gres=gpu:2"]),
+    ("resnet18-a", "horus-sbatch", "resnet18-bs32", []),
+    ("resnet18-b", "horus-sbatch", "resnet18-bs64", []),
+    ("recommend-2", "horus-sbatch", "recommendation-bs2048", []),
+    ("transformer-s", "horus-sbatch", "transformer-bs32", []),
+]
 
 
 @dataclass
@@ -35,25 +59,94 @@ class Step:
 
 
 def start_cluster(ctx):
-    ctx.cluster = LocalCluster(directory=ctx.options.get("directory"), with_dbd=True).up()
+    ctx.cluster = LocalCluster(directory=ctx.options.get("directory"), nodes=2, gpus=4, with_dbd=True,
+                               horus=True).up()
     timings = ctx.cluster.timings
-    ctx.echo(f"    4 nodes x 4 fake GPUs (g0..g3, 2 shards each) + slurmdbd in {timings['up_s']:.1f} s "
-             f"({'cached' if timings.get('golden_db') else 'fresh'} accounting DB) under {ctx.cluster.root}")
+    ctx.echo(f"    2 nodes x 4 fake GPUs (g0..g3, 2 shards each) + slurmdbd + horusd (policy horus, binding "
+             f"shard) in {timings['up_s']:.1f} s under {ctx.cluster.root}")
     ctx.echo(f"    {ctx.cluster.export_line()}")
 
 
-def submit(ctx, label, args):
-    job_id = ctx.cluster.sbatch(args + [f"--job-name={label}"], JOB_SCRIPT)
-    ctx.jobs[label] = (job_id, " ".join(args))
-    ctx.echo(f"    sbatch {' '.join(args)}  ->  job {job_id}")
+def _script_file(ctx):
+    path = ctx.cluster.root / "jobs" / "demo-job.sh"
+    path.write_text(JOB_SCRIPT)
+    return path
 
 
-def run_gpu_and_shard_jobs(ctx):
-    submit(ctx, "two-gpus", ["--gres=gpu:2"])
-    submit(ctx, "shard", ["--gres=shard:1"])
-    states = ctx.cluster.wait_jobs([job_id for job_id, _ in ctx.jobs.values()], timeout=120)
-    for label, (job_id, _) in ctx.jobs.items():
-        ctx.echo(f"    job {job_id} {states[job_id]}: {ctx.cluster.job_output(job_id).strip()}")
+def submit_with_sbatch(ctx, label, job_class, extra):
+    args = (extra or ["--gres=gpu:1"]) + [f"--job-name={label}"]
+    if job_class:
+        args.append(f"--comment=class={job_class}")
+    job_id = ctx.cluster.sbatch(args, JOB_SCRIPT)
+    ctx.jobs[label] = (job_id, " ".join(a for a in args if not a.startswith("--job-name")))
+    ctx.echo(f"    sbatch {' '.join(args):70} -> job {job_id}")
+
+
+def horus_sbatch(ctx, args):
+    env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
+    return subprocess.run([sys.executable, "-c", "from slurm_horus.sbatch.cli import main; main()", *args],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def submit_with_horus_sbatch(ctx, label, job_class, extra):
+    args = ["--parsable", f"--job-name={label}", f"--output={ctx.cluster.root}/jobs/slurm-%j.out",
+            f"--chdir={ctx.cluster.root}/jobs", "--horus-class", job_class, *(extra or ["--gres=gpu:1"])]
+    result = horus_sbatch(ctx, args + [str(_script_file(ctx))])
+    if result.returncode != 0:
+        raise click.ClickException(f"horus-sbatch failed: {result.stderr.strip()}")
+    job_id = int(result.stdout.strip().split(";")[0])
+    ctx.jobs[label] = (job_id, f"--horus-class {job_class}")
+    note = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+    ctx.echo(f"    horus-sbatch --horus-class {job_class:56} -> job {job_id}  {note}")
+
+
+def submit_workload(ctx):
+    first = [entry for entry in WORKLOAD if entry[1] == "sbatch"]
+    for label, how, job_class, extra in first:
+        submit_with_sbatch(ctx, label, job_class, extra)
+    running = [ctx.jobs[label][0] for label, *_ in first]
+    ctx.cluster.wait_jobs(running, states={"RUNNING"}, timeout=60)
+    time.sleep(1.5)  # horusd's next refresh sees them running
+    explain = horus_sbatch(ctx, ["--explain", "--dry-run", "--horus-class", "resnet18-bs32", "--gres=gpu:1",
+                                 str(_script_file(ctx))])
+    ctx.echo("    horus-sbatch --explain --dry-run --horus-class resnet18-bs32 (nothing submitted):")
+    for line in (explain.stderr + explain.stdout).splitlines():
+        if line.strip() and not line.startswith(("#!", "echo", "sleep")):
+            ctx.echo(f"      | {line}")
+    for label, how, job_class, extra in WORKLOAD[len(first):]:
+        submit_with_horus_sbatch(ctx, label, job_class, extra)
+        time.sleep(0.2)
+
+
+def show_sharing(ctx):
+    time.sleep(1.0)
+    queue = {job.job_id: job for job in ctx.cluster.queue()}
+    by_gpu = {}
+    ctx.echo(f"    {'job':>4} {'label':14} {'class':22} {'state':8} {'GPU':9} {'how':6} {'predicted':>9}")
+    for label, (job_id, _request) in ctx.jobs.items():
+        job = queue.get(job_id)
+        if job is None:
+            continue
+        token = re.search(r"horus:[^:]+:([a-z]+):([0-9.]+):([^,\s]+)", job.admin_comment or "")
+        where = []
+        for node, items in job.gres_by_node():
+            for item in items:
+                if item.name in ("gpu", "shard"):
+                    where += [f"{node}:{index}" for index in item.indices]
+        for gpu in where:
+            by_gpu.setdefault(gpu, []).append(label)
+        job_class = token.group(3) if token else (re.sub(r"^class=", "", job.comment) or "unknown")
+        how = token.group(1) if token else ("user" if job.state == "RUNNING" else "-")
+        predicted = f"{float(token.group(2)):.2f}x" if token else "-"
+        ctx.echo(f"    {job_id:>4} {label:14} {job_class:22} {job.state:8} {','.join(where) or '-':9} "
+                 f"{how:6} {predicted:>9}")
+    shared = {gpu: labels for gpu, labels in by_gpu.items() if len(labels) > 1}
+    for gpu, labels in sorted(shared.items()):
+        ctx.echo(f"    GPU {gpu} is shared by {' + '.join(labels)}")
+    reasons = [line.split("lua: ", 1)[1] for line in (ctx.cluster.root / "log" / "slurmctld.log").read_text()
+               .splitlines() if "lua: horus: job" in line and "unchanged" in line]
+    for line in reasons[-3:]:
+        ctx.echo(f"    why a job was left to Slurm: {line}")
 
 
 def show_accounting(ctx):
@@ -64,12 +157,12 @@ def show_accounting(ctx):
         if all(j in records and records[j].end_time for j in wanted) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    header = f"    {'job':>5}  {'request':14} {'node':5} {'state':10} {'sacct AllocTRES gres':34} {'GPU idx'}"
+    header = f"    {'job':>5}  {'label':14} {'node':5} {'state':10} {'sacct AllocTRES gres':34} {'GPU idx'}"
     ctx.echo(header)
-    for label, (job_id, request) in ctx.jobs.items():
+    for label, (job_id, _request) in ctx.jobs.items():
         record = records.get(job_id)
         if record is None:
-            ctx.echo(f"    {job_id:>5}  {request:14} (not in sacct yet)")
+            ctx.echo(f"    {job_id:>5}  {label:14} (not in sacct yet)")
             continue
         gres = ",".join(f"{name}={count}" for name, count in sorted(record.gres_counts().items()))
         indices = ",".join(map(str, record.gpu_indices()))
@@ -77,13 +170,47 @@ def show_accounting(ctx):
             # sacct records a shard without its GPU; the job itself was told (GPU_DEVICE_ORDINAL).
             seen = ctx.cluster.job_output(job_id).split("gpu_device_ordinal=")[-1].strip()
             indices = f"{seen} (job env)"
-        ctx.echo(f"    {job_id:>5}  {request:14} {record.nodes:5} {record.state:10} {gres:34} {indices}")
+        ctx.echo(f"    {job_id:>5}  {label:14} {record.nodes:5} {record.state:10} {gres:34} {indices}")
+
+
+def wait_for_workload(ctx):
+    job_ids = [job_id for job_id, _ in ctx.jobs.values()]
+    states = ctx.cluster.wait_jobs(job_ids, timeout=180)
+    done = sum(state == "COMPLETED" for state in states.values())
+    ctx.echo(f"    {done} of {len(job_ids)} jobs COMPLETED (the ones that waited ran when a GPU freed)")
+
+
+def simulate_embedded_trace(ctx):
+    from .resources import package_data_path
+
+    trace = package_data_path("philly_sample.csv")
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "summary.json")
+        argv = [sys.executable, "-m", "slurm_horus", "simulate", "--trace", str(trace), "--cluster", "4x4:v100",
+                "--truth", "gavel:v100", "--policy", "slurm-default,sjf-bsbf,horus,oracle",
+                "--load", "2", "--no-progress", "--json", summary]
+        ctx.echo("    horus simulate --trace philly_sample.csv (800 Philly jobs) --cluster 4x4:v100 "
+                 "--truth gavel:v100 --load 2")
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise click.ClickException(f"simulate failed: {result.stderr.strip()}")
+        for line in result.stdout.strip().splitlines():
+            ctx.echo(f"      {line}")
+        with open(summary) as f:
+            policies = json.load(f)["policies"]
+    base = policies["slurm-default"]
+    ours = policies["horus"]
+    ctx.echo(f"    horus vs slurm-default: makespan {ours['makespan'] / base['makespan'] - 1:+.0%}, "
+             f"mean JCT {ours['mean_jct'] / base['mean_jct'] - 1:+.0%}")
 
 
 STEPS: List[Step] = [
-    Step("start a local Slurm 22.05 cluster with fake GPUs and accounting", start_cluster),
-    Step("run a 2-GPU job and a shard job", run_gpu_and_shard_jobs),
+    Step("start a local Slurm 22.05 cluster: fake GPUs, accounting, horusd + job_submit.lua", start_cluster),
+    Step("submit a mixed deep-learning workload with sbatch and horus-sbatch", submit_workload),
+    Step("who shares which GPU, and why", show_sharing),
+    Step("let the jobs finish", wait_for_workload),
     Step("sacct: which GPUs each job had", show_accounting),
+    Step("simulator: the same placement core on an embedded Philly trace", simulate_embedded_trace),
 ]
 
 
@@ -120,5 +247,5 @@ def run_demo(steps=None, echo=click.echo, directory=None, keep=False, cluster=No
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="cluster directory (default: a temp dir)")
 @click.option("--keep", is_flag=True, help="leave the cluster running at the end")
 def demo(directory, keep):
-    """Bring up a local cluster, run GPU and shard jobs, show their GPUs from sacct, tear down."""
+    """The tour: local cluster with horusd, a mixed GPU workload, sharing, sacct, simulator; tear down."""
     run_demo(directory=directory, keep=keep)

@@ -32,3 +32,11 @@ def resource_path(kind, name):
     if not path.exists():
         raise FileNotFoundError(f"slurm-horus {kind}/{name} not found at {path}")
     return path
+
+
+def package_data_path(name):
+    """A file shipped inside the package (``slurm_horus/data/``: priors, the demo's trace)."""
+    path = Path(__file__).resolve().parent / "data" / name
+    if not path.exists():
+        raise FileNotFoundError(f"slurm-horus data file {name} not found at {path}")
+    return path

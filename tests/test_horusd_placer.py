@@ -81,7 +81,7 @@ def test_ledger_entry_expires_when_slurm_never_shows_the_job():
 def test_shard_binding_for_known_class_whole_gpu_for_unknown():
     placer = make_placer()
     known = ask(placer, "resnet18-bs32")
-    assert known["tres"].startswith("gres:shard:g") and known["mode"] == "shared" and known["class"] == "resnet18-bs32"
+    assert known["tres"].startswith("gres:shard:g") and known["mode"] == "shareable" and known["class"] == "resnet18-bs32"
     assert known["gres"] == known["tres"][len("gres:"):] and known["job_class"] == "resnet18-bs32"
     unknown = ask(placer)
     assert unknown["tres"].startswith("gres:gpu:g") and unknown["mode"] == "exclusive"
@@ -181,3 +181,13 @@ def test_horusd_answers_unchanged_on_stale_state(tmp_path):
     reply = horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
     assert reply == {"ok": True, "action": "unchanged", "reason": "cluster state is stale"}
     assert horusd.decide({"op": "bogus"})["ok"] is False
+
+
+def test_confirm_returns_the_token_fields_to_the_same_user_only():
+    placer = make_placer()
+    reply = ask(placer, "resnet18-bs32", uid=1000)
+    confirmed = placer.confirm({"id": reply["id"], "uid": 1000})
+    assert confirmed == {"ok": True, "action": "confirm", "id": reply["id"], "mode": "shareable",
+                         "slowdown": reply["slowdown"], "class": "resnet18-bs32"}
+    assert placer.confirm({"id": reply["id"], "uid": 1001})["action"] == "unchanged"
+    assert placer.confirm({"id": "hnothere", "uid": 1000})["action"] == "unchanged"

@@ -68,6 +68,21 @@ def wait_running(cluster, job_ids, timeout=30):
     raise AssertionError(f"jobs not running: {cluster.job_states(job_ids)}")
 
 
+def wait_output(cluster, job_id, text, timeout=30):
+    """The job's output once it contains ``text`` (a loaded machine may take a while to start it)."""
+    deadline = time.monotonic() + timeout
+    output = ""
+    while time.monotonic() < deadline:
+        try:
+            output = cluster.job_output(job_id)
+        except FileNotFoundError:
+            output = ""
+        if text in output:
+            return output
+        time.sleep(0.2)
+    return output
+
+
 def settle(cluster):
     """Let horusd's next refresh see the jobs Slurm has started (refresh_s = 1)."""
     time.sleep(1.5)
@@ -85,21 +100,14 @@ def test_job_lands_where_horusd_decided_and_sees_that_gpu(clean):
     job = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs64"], REPORT)
     wait_running(clean, [job])
     node, comment, held = detail(clean, job)
-    token = re.search(r"horus:(h[0-9a-f]+):(shared|exclusive):[0-9.]+:resnet50-bs64", comment)
+    token = re.search(r"horus:(h[0-9a-f]+):(shareable|shared|exclusive):[0-9.]+:resnet50-bs64", comment)
     assert token, comment
     decision_line = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
                      if "class=resnet50-bs64" in line and "action=place" in line][-1]
     decided = re.search(r"nodes=(\S+) tres=gres:shard:g(\d+):1", decision_line)
     assert decided, decision_line
     assert node == decided.group(1) and held["shard"] == [int(decided.group(2))]
-    deadline = time.monotonic() + 10
-    output = ""
-    while time.monotonic() < deadline and "GDO=" not in output:
-        try:
-            output = clean.job_output(job)
-        except FileNotFoundError:
-            time.sleep(0.2)
-    assert f"GDO={decided.group(2)}" in output
+    assert f"GDO={decided.group(2)}" in wait_output(clean, job, "GDO=")
     slurmctld_log = (clean.root / "log" / "slurmctld.log").read_text()
     assert f"placed horus:{token.group(1)}" in slurmctld_log
 
@@ -221,18 +229,14 @@ def test_horus_sbatch_asks_the_real_horusd_and_the_job_runs_where_it_said(clean,
     assert result.returncode == 0, result.stderr
     job = int(result.stdout.strip().split(";")[0])
     wait_running(clean, [job])
-    node, _, held = detail(clean, job)
+    node, comment, held = detail(clean, job)
     decided = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
                if "class=resnet18-bs32" in line and "action=place" in line][-1]
+    # job_submit.lua had horusd confirm the decision horus-sbatch carried, and recorded its token
+    assert re.search(r"horus:h[0-9a-f]+:(shareable|shared):[0-9.]+:resnet18-bs32", comment), comment
+    assert "confirmed horus:" in (clean.root / "log" / "slurmctld.log").read_text()
     assert f"nodes={node} tres=gres:shard:g{held['shard'][0]}:1" in decided
-    deadline = time.monotonic() + 10
-    output = ""
-    while time.monotonic() < deadline and "GDO=" not in output:
-        try:
-            output = clean.job_output(job)
-        except FileNotFoundError:
-            time.sleep(0.2)
-    assert f"GDO={held['shard'][0]}" in output
+    assert f"GDO={held['shard'][0]}" in wait_output(clean, job, "GDO=")
 
 
 def test_garbage_from_the_socket_leaves_jobs_unchanged(clean):

@@ -222,3 +222,46 @@ def test_gpu_request_twin_property(lua, tres, field, nodes, tasks):
     py_request, py_why = lua_twin.gpu_request(job)
     assert normalize(from_lua(lua_request)) == normalize(py_request)
     assert lua_why == py_why
+
+
+CONFIRMS = [
+    ("ok=1;action=confirm;id=h1a;mode=shareable;slowdown=1.000;class=lm-bs20", "h1a"),
+    ("ok=1;action=confirm;id=h1a;mode=shared;slowdown=1.250;class=lm-bs20", "h2b"),
+    ("ok=1;action=unchanged;reason=no decision h1a in the ledger", "h1a"),
+    ("ok=1;action=confirm;id=h1a;mode=shared;slowdown=1.2x;class=lm-bs20", "h1a"),
+    ("ok=1;action=confirm;id=h1a;mode=sh ared;slowdown=1.2;class=lm", "h1a"),
+    ("ok=0;error=x", "h1a"),
+    ("junk", "h1a"),
+]
+
+
+@pytest.mark.parametrize("line, claimed", CONFIRMS)
+def test_parse_confirm_twin(lua, line, claimed):
+    lua_reply, lua_why = pair(lua.globals().HORUS.parse_confirm(line, claimed))
+    py_reply, py_why = lua_twin.parse_confirm(line, claimed)
+    assert normalize(from_lua(lua_reply)) == normalize(py_reply)
+    assert lua_why == py_why
+
+
+def test_parse_confirm_means_what_it_says():
+    reply, why = lua_twin.parse_confirm(CONFIRMS[0][0], "h1a")
+    job = {"admin_comment": "JS1:z"}
+    assert lua_twin.append_token(job, reply) == "horus:h1a:shareable:1.000:lm-bs20"
+    assert job["admin_comment"] == "JS1:z,horus:h1a:shareable:1.000:lm-bs20"
+    assert lua_twin.parse_confirm(CONFIRMS[1][0], "h2b") == (None, "confirmed another decision")
+    assert lua_twin.parse_confirm(CONFIRMS[2][0], "h1a") == (None, "decision h1a not confirmed")
+
+
+def test_horus_sbatch_job_asks_for_confirmation_and_fails_open(lua, tmp_path, monkeypatch):
+    conf = tmp_path / "horus.conf"
+    conf.write_text(f"socket = {tmp_path}/none.sock\n")
+    monkeypatch.setenv("HORUS_CONFIG", str(conf))
+    job = to_lua(lua, {"tres_per_node": "gres:shard:g1:1", "name": "pre",
+                       "environment": {"HORUS_DECISION": "h0abc"}})
+    assert lua.globals().slurm_job_submit(job, None, 1000) == 0
+    assert job.admin_comment is None and job.tres_per_node == "gres:shard:g1:1"
+    assert "horus: job name=pre uid=1000 unchanged: horusd lua-socket not installed" in LUA_LOG[-1]
+    forged = to_lua(lua, {"tres_per_node": "gres:gpu:1", "name": "forged",
+                          "environment": {"HORUS_DECISION": "h1;rm -rf"}})
+    lua.globals().slurm_job_submit(forged, None, 1000)
+    assert "skip: malformed HORUS_DECISION" in LUA_LOG[-1]

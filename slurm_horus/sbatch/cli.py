@@ -286,6 +286,9 @@ def _placed(invocation, environ, view, script, directives, decision, settings, h
     submission.script = insert_header(script, directives, header)
     if not directives.is_shell:
         submission.environment = dict(exports(decision))
+    # job_submit.lua reads the decision id from the job's environment and has horusd confirm it,
+    # so the job carries the same horus:<id> token in admin_comment as a job placed by the Lua
+    submission.environment["HORUS_DECISION"] = decision.decision_id
     return submission
 
 

@@ -105,6 +105,8 @@ class Horusd:
         if op == "reload":
             self.reload()
             return {"ok": True, "reloaded": True}
+        if op == "confirm":
+            return self.placer.confirm(message)
         if op != "place":
             return {"ok": False, "error": f"unknown op {op!r}"}
         placer = self.placer  # one consistent placer per request, even during a reload

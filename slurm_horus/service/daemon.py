@@ -56,6 +56,8 @@ class LedgerEntry:
     decision_id: str
     job: RunningJob
     expires: float
+    uid: Optional[int] = None  # who asked (a horus-sbatch decision is confirmed for this uid only)
+    token_fields: Dict[str, object] = field(default_factory=dict)  # mode, slowdown, class
 
 
 @dataclass
@@ -221,11 +223,25 @@ class Placer:
             reply = self._reply(decision, req, job_class, decision_id)
             if record and not message.get("dry_run"):
                 running = self.policy.running_job(req, decision, self.clock())
-                running.exclusive = not reply["mode"] == "shared" and reply["binding"] != "node"
+                running.exclusive = reply["mode"] == "exclusive"  # whole GPUs: nobody may join
                 state.place(running)
-                self.ledger[decision_id] = LedgerEntry(decision_id, running, self.clock() + self.ledger_ttl_s)
+                self.ledger[decision_id] = LedgerEntry(
+                    decision_id, running, self.clock() + self.ledger_ttl_s, uid=_int_or_none(message.get("uid")),
+                    token_fields={k: reply[k] for k in ("mode", "slowdown", "class")})
                 self.decisions += 1
             return reply
+
+    def confirm(self, message):
+        """job_submit.lua asks whether a horus-sbatch decision is ours; the reply carries its token fields."""
+        decision_id = str(message.get("id") or "")
+        with self.lock:
+            entry = self.ledger.get(decision_id)
+            if entry is None:
+                return unchanged(f"no decision {decision_id} in the ledger")
+            uid = _int_or_none(message.get("uid"))
+            if entry.uid is not None and entry.uid != uid:
+                return unchanged(f"decision {decision_id} belongs to another user")
+            return {"ok": True, "action": "confirm", "id": decision_id, **entry.token_fields}
 
     def _left_to_slurm(self):
         self.left_to_slurm_since = self.clock()
@@ -249,7 +265,8 @@ class Placer:
             tres = ",".join(f"gres:gpu:g{i}:1" for i in indices)
         else:
             tres = f"gres:gpu:{req.gpus_per_node}"
-        mode = "shared" if binding_used == "shard" or decision.shared else "exclusive"
+        # shared: joins a GPU that runs another job; shareable: alone on a shard, others may join
+        mode = "shared" if decision.shared else ("shareable" if binding_used == "shard" else "exclusive")
         partition = ""
         if req.extra_partitions and self.state is not None:
             node = self.state.nodes[self.state.node_ids[decision.nodes[0]]]
@@ -283,6 +300,13 @@ def explain_candidates(decision):
             "why": f"{candidate.note}; score {candidate.score:.3f}", "chosen": candidate.where in chosen,
         })
     return out
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def unchanged(reason, **extra):

@@ -134,8 +134,8 @@ def should_handle(job, conf):
     return True, request
 
 
-def parse_reply(line, conf):
-    """Parse the key=value reply; (reply dict, None) or (None, why)."""
+def parse_kv(line):
+    """The key=value;... reply as a dict; (None, why) when malformed or not ok."""
     if not isinstance(line, str) or line == "":
         return None, "empty reply"
     reply = {}
@@ -148,6 +148,26 @@ def parse_reply(line, conf):
         reply[match.group(1)] = match.group(2)
     if reply.get("ok") != "1":
         return None, "not ok: " + str(reply.get("error", "nil"))
+    return reply, None
+
+
+def _check_token_fields(reply):
+    if not reply.get("id") or not _SAFE_ID.match(reply["id"]):
+        return "bad id"
+    if "class" in reply and not _SAFE_CLASS.match(reply["class"]):
+        return "bad class"
+    if "mode" in reply and not re.match(r"^[A-Za-z]+\Z", reply["mode"]):
+        return "bad mode"
+    if "slowdown" in reply and not re.match(r"^[0-9]+\.?[0-9]*\Z", reply["slowdown"]):
+        return "bad slowdown"
+    return None
+
+
+def parse_reply(line, conf):
+    """Parse the key=value reply; (reply dict, None) or (None, why)."""
+    reply, why = parse_kv(line)
+    if reply is None:
+        return None, why
     if reply.get("action") == "unchanged":
         return reply, None
     if reply.get("action") != "place":
@@ -156,15 +176,29 @@ def parse_reply(line, conf):
         return None, "bad nodes"
     if not reply.get("tres") or not _SAFE_TRES.match(reply["tres"]):
         return None, "bad tres"
-    if not reply.get("id") or not _SAFE_ID.match(reply["id"]):
-        return None, "bad id"
-    if "class" in reply and not _SAFE_CLASS.match(reply["class"]):
-        return None, "bad class"
+    bad = _check_token_fields(reply)
+    if bad:
+        return None, bad
     if "partition" in reply and not _SAFE_ID.match(reply["partition"]):
         return None, "bad partition"
     age = float(reply["age"]) if re.match(r"^[0-9]+\.?[0-9]*\Z", reply.get("age", "")) else None
     if age is None or age > conf["max_state_age_s"]:
         return None, "stale state"
+    return reply, None
+
+
+def parse_confirm(line, claimed):
+    """horusd's answer to {"op": "confirm"} for a horus-sbatch decision; (reply, None) or (None, why)."""
+    reply, why = parse_kv(line)
+    if reply is None:
+        return None, why
+    if reply.get("action") != "confirm":
+        return None, "decision %s not confirmed" % claimed
+    if reply.get("id") != claimed:
+        return None, "confirmed another decision"
+    bad = _check_token_fields(reply)
+    if bad:
+        return None, bad
     return reply, None
 
 
@@ -178,6 +212,10 @@ def apply(job, reply):
         job["tres_per_task"] = ""
     if reply.get("partition"):
         job["partition"] = reply["partition"]
+    return append_token(job, reply)
+
+
+def append_token(job, reply):
     token = "horus:%s:%s:%s:%s" % (reply["id"], reply.get("mode", "exclusive"), reply.get("slowdown", "1.00"),
                                    reply.get("class", "unknown"))
     previous = job.get("admin_comment")
