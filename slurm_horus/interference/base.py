@@ -66,3 +66,21 @@ class Predictor:
 
 
 PairKey = Tuple[str, str, str]  # (gpu_type, job_class, corunner_class)
+
+
+def compose_norm_tputs(pair_values):
+    """Normalized throughput of a job sharing a GPU with several co-runners, from its pair values.
+
+    Rule (additive slowdown): each co-runner K_i alone would stretch the target's step time by
+    ``1/x_i - 1``; with several co-runners the stretches add up, so
+    ``x = 1 / (1 + sum_i (1/x_i - 1))``. It reduces to ``x_1`` for one co-runner, gives ``1/n`` for n
+    jobs that each time-slice the GPU evenly (every ``x_i = 1/2``), never exceeds the smallest pair
+    value, and is 0 as soon as one pair cannot run together. Pair values are clipped to [0, 1] first.
+    """
+    stretch = 0.0
+    for value in pair_values:
+        value = min(1.0, float(value))
+        if value <= 0.0:
+            return 0.0
+        stretch += 1.0 / value - 1.0
+    return 1.0 / (1.0 + stretch)

@@ -1,0 +1,38 @@
+"""Job-class names: one stable, readable scheme for every data source.
+
+A class name is lower-case ``<model>[-<dataset>]-bs<batch>[-amp]``: the model family with every
+character other than a-z/0-9 dropped (``ResNet-18`` -> ``resnet18``), the dataset when a source
+distinguishes it, the per-GPU batch size, and ``-amp`` for mixed precision. A class without a batch
+size (Gavel's ``A3C``, ``CycleGAN``) is just the model (``a3c``, ``cyclegan``). Users may give any
+label matching ``CLASS_NAME_RE`` instead (e.g. a fingerprint of their script).
+"""
+
+import re
+
+CLASS_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._+-]*$")
+_GAVEL_JOB_RE = re.compile(r"^(?P<model>[^(]+?)\s*(?:\(batch size (?P<bs>\d+)\))?$")
+
+
+def _slug(text):
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def class_name(model, batch_size=None, amp=False, dataset=None):
+    """``class_name("ResNet-18", 64)`` -> ``resnet18-bs64``."""
+    parts = [_slug(model)]
+    if dataset:
+        parts.append(_slug(dataset))
+    if batch_size is not None:
+        parts.append(f"bs{int(batch_size)}")
+    if amp:
+        parts.append("amp")
+    return "-".join(parts)
+
+
+def gavel_class(job_type):
+    """Gavel's job type (``ResNet-18 (batch size 64)``, ``A3C``) -> class name (``resnet18-bs64``)."""
+    match = _GAVEL_JOB_RE.match(job_type.strip())
+    if not match:
+        raise ValueError(f"not a Gavel job type: {job_type!r}")
+    batch = match.group("bs")
+    return class_name(match.group("model"), int(batch) if batch else None)

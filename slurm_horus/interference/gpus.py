@@ -1,0 +1,51 @@
+"""GPU memory sizes (MB) used by the memory-safety rule.
+
+The built-in table uses the common single-GPU size of each name; a site overrides any entry (or adds
+a GPU type) with ``--gpu-memory-mb TYPE=MB`` or a ``gpu_mem_mb`` column in profiles.csv. ``v100`` is
+the 16 GB card that Gavel's throughputs were measured on (AWS p3); a 32 GB V100 is ``v100-32gb``.
+"""
+
+from ..errors import InputError
+
+GPU_MEMORY_MB = {
+    "k80": 12288,  # one of the two dies of a K80 board
+    "p100": 16384,
+    "v100": 16384,
+    "v100-32gb": 32768,
+    "t4": 16384,
+    "rtx2080ti": 11264,
+    "rtx3090": 24576,  # Lucid's GPU_MEMORY_LIMITATION
+    "rtx4090": 24576,
+    "a10": 24576,
+    "a30": 24576,
+    "a40": 49152,
+    "l4": 24576,
+    "l40s": 49152,
+    "a100": 40960,
+    "a100-40gb": 40960,
+    "a100-80gb": 81920,
+    "h100": 81920,
+    "h200": 144384,
+}
+
+
+def gpu_memory_mb(gpu_type, overrides=None):
+    """Memory of one GPU of ``gpu_type`` in MB: ``overrides`` first, then the built-in table."""
+    if overrides and gpu_type in overrides:
+        return float(overrides[gpu_type])
+    if gpu_type in GPU_MEMORY_MB:
+        return float(GPU_MEMORY_MB[gpu_type])
+    raise InputError(
+        f"unknown GPU type {gpu_type!r}: its memory size is not known "
+        f"(give it with --gpu-memory-mb {gpu_type}=MB or a gpu_mem_mb column in profiles.csv)"
+    )
+
+
+def memory_from_profiles(profiles):
+    """GPU memory sizes given by the optional ``gpu_mem_mb`` column of profiles.csv."""
+    sizes = {}
+    for profile in profiles:
+        size = profile.extra.get("gpu_mem_mb")
+        if size:
+            sizes[profile.gpu_type] = float(size)
+    return sizes

@@ -1,0 +1,289 @@
+"""Shared machinery of all predictors: integer class ids, per-GPU feature arrays, the memory guard,
+and dense per-GPU-type lookup tables so that one prediction is a couple of dict and array lookups.
+
+Every predictor computes, for one GPU type, a (C, C) matrix of pair values (target row, co-runner
+column; NaN where it has no answer of its own). :class:`TablePredictor` turns it into a
+(C+1, C+1) table: the extra last row/column is the answer for a class the model does not know
+(index -1), cells without an answer get the conservative default, and pairs that cannot fit in
+memory get 0.
+"""
+
+import numpy as np
+
+from .base import Prediction, Predictor, compose_norm_tputs
+from .gpus import gpu_memory_mb as _gpu_memory_mb
+from .gpus import memory_from_profiles
+
+# Source names, least trusted first (a composed prediction reports its least trusted part).
+SOURCES = ("default", "utilization", "mlp", "cf", "measured", "memory", "solo")
+SOURCE_CODE = {name: code for code, name in enumerate(SOURCES)}
+DEFAULT_NORM_TPUT = 0.5  # nothing known: assume the GPU is time-sliced evenly between two jobs
+FEATURES = ("gpu_util", "mem_util", "gmem_mb", "solo_tput")
+
+
+class ClassIndex:
+    """Job class name <-> integer id (ids are positions in the sorted list of names)."""
+
+    def __init__(self, names):
+        self.names = sorted(set(names))
+        self.ids = {name: i for i, name in enumerate(self.names)}
+
+    def __len__(self):
+        return len(self.names)
+
+    def lookup(self, classes):
+        """Array of class names (or of ids already) -> int array of ids, -1 for unknown classes."""
+        array = np.asarray(classes)
+        if array.dtype.kind in "iu":
+            return array.astype(np.intp, copy=False)
+        get = self.ids.get
+        return np.fromiter((get(name, -1) for name in array.tolist()), dtype=np.intp, count=array.size)
+
+
+class ProfileTable:
+    """Solo-profile features as arrays over class ids, per GPU type (NaN where unknown).
+
+    A class without a profile on a GPU type borrows the mean of its profiles on other types for
+    utilization and memory (they depend mostly on the job); solo throughput is never borrowed.
+    """
+
+    def __init__(self, index, profiles):
+        self.index = index
+        self.gpu_types = sorted({p.gpu_type for p in profiles})
+        self._own = {}
+        for gpu in self.gpu_types:
+            self._own[gpu] = {f: np.full(len(index), np.nan) for f in FEATURES}
+        for p in profiles:
+            i = index.ids[p.job_class]
+            for f in FEATURES:
+                value = getattr(p, f)
+                if value is not None:
+                    self._own[p.gpu_type][f][i] = value
+        self._cache = {}
+
+    def features(self, gpu_type):
+        """dict feature name -> array over class ids for ``gpu_type``."""
+        cached = self._cache.get(gpu_type)
+        if cached is not None:
+            return cached
+        others = [self._own[g] for g in self.gpu_types if g != gpu_type]
+        own = self._own.get(gpu_type)
+        result = {}
+        for f in FEATURES:
+            column = own[f].copy() if own is not None else np.full(len(self.index), np.nan)
+            if f != "solo_tput" and others:
+                stacked = np.vstack([o[f] for o in others])
+                known = ~np.isnan(stacked)
+                counts = known.sum(axis=0)
+                borrowed = np.where(counts > 0, np.nansum(stacked, axis=0) / np.maximum(counts, 1), np.nan)
+                column = np.where(np.isnan(column), borrowed, column)
+            result[f] = column
+        self._cache[gpu_type] = result
+        return result
+
+
+class MemoryGuard:
+    """Which sets of classes cannot share one GPU of a type.
+
+    Infeasible when the summed known peak memory (``gmem_mb``) exceeds the GPU's memory, or when the
+    pair was observed not to run together (normalized throughput 0: Gavel has no memory figures,
+    its 0s are the only memory evidence).
+    """
+
+    def __init__(self, index, profile_table, observations, memory_sizes):
+        self.index = index
+        self.profile_table = profile_table
+        self.memory_sizes = dict(memory_sizes)
+        count = len(index)
+        self._observed_zero = {}
+        for gpu in {o.gpu_type for o in observations}:
+            zeros = np.zeros((count, count))
+            seen = np.zeros((count, count))
+            for o in observations:
+                if o.gpu_type == gpu:
+                    t, c = index.ids[o.job_class], index.ids[o.corunner_class]
+                    seen[t, c] += 1
+                    zeros[t, c] += o.norm_tput <= 0.0
+            bad = (seen > 0) & (zeros * 2 >= seen)  # most observations of the pair say it failed
+            self._observed_zero[gpu] = bad | bad.T  # a pair that cannot run fails for both jobs
+        self._cache = {}
+
+    def capacity_mb(self, gpu_type):
+        return _gpu_memory_mb(gpu_type, self.memory_sizes)
+
+    def peak_mb(self, gpu_type):
+        return self.profile_table.features(gpu_type)["gmem_mb"]
+
+    def infeasible_matrix(self, gpu_type):
+        cached = self._cache.get(gpu_type)
+        if cached is not None:
+            return cached
+        capacity = self.capacity_mb(gpu_type)
+        peak = self.peak_mb(gpu_type)
+        with np.errstate(invalid="ignore"):
+            bad = (peak[:, None] + peak[None, :]) > capacity  # NaN compares False: unknown is not proof
+        zero = self._observed_zero.get(gpu_type)
+        if zero is not None:
+            bad = bad | zero
+        self._cache[gpu_type] = bad
+        return bad
+
+    def set_infeasible(self, gpu_type, ids):
+        """Whether the classes ``ids`` (-1 = unknown) cannot all share one GPU of ``gpu_type``."""
+        known = [i for i in ids if i >= 0]
+        peak = self.peak_mb(gpu_type)
+        total = float(np.nansum(peak[known])) if known else 0.0
+        if total > self.capacity_mb(gpu_type):
+            return True
+        bad = self.infeasible_matrix(gpu_type)
+        return any(bad[a, b] for n, a in enumerate(known) for b in known[n + 1:])
+
+
+class TablePredictor(Predictor):
+    """Base of every predictor: fit -> per-GPU-type dense tables -> fast predict/explain/predict_pairs.
+
+    Subclasses implement ``_fit()`` (using ``self.index``, ``self.profile_table``,
+    ``self.observations``) and ``_pair_matrix(gpu_type)`` -> (C, C) values with NaN where uncovered.
+    """
+
+    name = "base"
+    options = {}
+
+    def __init__(self, gpu_memory_mb=None, **options):
+        unknown = set(options) - set(self.options)
+        if unknown:
+            raise TypeError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))}")
+        self.settings = dict(self.options, **options)
+        self.gpu_memory_overrides = dict(gpu_memory_mb or {})
+        self._tables = {}
+        self._fitted = False
+
+    # -- fitting ---------------------------------------------------------------------------
+    def fit(self, profiles, observations):
+        self.profiles = list(profiles)
+        self.observations = list(observations)
+        self._prepare()
+        self._fit()
+        self._fitted = True
+        for gpu in self.gpu_types:
+            self._table(gpu)
+        return self
+
+    def _prepare(self):
+        names = {p.job_class for p in self.profiles}
+        names.update(o.job_class for o in self.observations)
+        names.update(o.corunner_class for o in self.observations)
+        self.index = ClassIndex(names)
+        self.gpu_types = sorted({p.gpu_type for p in self.profiles} | {o.gpu_type for o in self.observations})
+        self.profile_table = ProfileTable(self.index, self.profiles)
+        memory = memory_from_profiles(self.profiles)
+        memory.update(self.gpu_memory_overrides)
+        self.memory = MemoryGuard(self.index, self.profile_table, self.observations, memory)
+        self._tables = {}
+
+    def _fit(self):
+        raise NotImplementedError
+
+    def _pair_matrix(self, gpu_type):
+        raise NotImplementedError
+
+    def _pair_table(self, gpu_type):
+        """(values with NaN where uncovered, int8 source codes) for the C x C known classes."""
+        values = np.asarray(self._pair_matrix(gpu_type), dtype=float)
+        sources = np.full(values.shape, SOURCE_CODE[self.name], dtype=np.int8)
+        return values, sources
+
+    def _table(self, gpu_type):
+        table = self._tables.get(gpu_type)
+        if table is not None:
+            return table
+        if not self._fitted:
+            self.fit(self.profiles, self.observations)  # restored from to_dict: fit on first new GPU type
+            return self._table(gpu_type)
+        count = len(self.index)
+        values, sources = self._pair_table(gpu_type)
+        full = np.full((count + 1, count + 1), DEFAULT_NORM_TPUT)
+        codes = np.full((count + 1, count + 1), SOURCE_CODE["default"], dtype=np.int8)
+        uncovered = np.isnan(values)
+        full[:count, :count] = np.where(uncovered, DEFAULT_NORM_TPUT, np.clip(values, 0.0, 1.0))
+        codes[:count, :count] = np.where(uncovered, SOURCE_CODE["default"], sources)
+        bad = self.memory.infeasible_matrix(gpu_type)
+        full[:count, :count][bad] = 0.0
+        codes[:count, :count][bad] = SOURCE_CODE["memory"]
+        table = (full, codes, full.tolist(), codes.tolist())
+        self._tables[gpu_type] = table
+        return table
+
+    # -- predicting ------------------------------------------------------------------------
+    def explain(self, target, corunners, gpu_type):
+        full, codes, rows, code_rows = self._table(gpu_type)
+        ids = self.index.ids
+        t = ids.get(target, -1)
+        if len(corunners) == 1:
+            c = ids.get(corunners[0], -1)
+            return Prediction(rows[t][c], SOURCES[code_rows[t][c]])
+        if not corunners:
+            return Prediction(1.0, "solo")
+        others = [ids.get(name, -1) for name in corunners]
+        if self.memory.set_infeasible(gpu_type, [t] + others):
+            return Prediction(0.0, "memory")
+        value = compose_norm_tputs(rows[t][c] for c in others)
+        source = SOURCES[min(code_rows[t][c] for c in others)]
+        return Prediction(value, "memory" if value == 0.0 else source)
+
+    def predict_pairs(self, targets, corunners, gpu_type):
+        full = self._table(gpu_type)[0]
+        return full[self.index.lookup(targets), self.index.lookup(corunners)]
+
+    def sources_pairs(self, targets, corunners, gpu_type):
+        codes = self._table(gpu_type)[1]
+        return np.asarray(SOURCES)[codes[self.index.lookup(targets), self.index.lookup(corunners)]]
+
+    def covers(self, target, corunner, gpu_type):
+        ids = self.index.ids
+        t, c = ids.get(target), ids.get(corunner)
+        if t is None or c is None:
+            return False
+        return self._table(gpu_type)[3][t][c] != SOURCE_CODE["default"]
+
+    # -- storing ---------------------------------------------------------------------------
+    def to_dict(self):
+        """JSON-able state: inputs, options and the computed tables (no refit needed to predict)."""
+        return {
+            "format": 1,
+            "name": self.name,
+            "options": self.settings,
+            "gpu_memory_mb": self.gpu_memory_overrides,
+            "profiles": [_profile_dict(p) for p in self.profiles],
+            "observations": [[o.gpu_type, o.job_class, o.corunner_class, o.norm_tput] for o in self.observations],
+            "tables": {gpu: {"values": t[2], "sources": t[3]} for gpu, t in self._tables.items()},
+        }
+
+    def _restore(self, state):
+        from .base import Observation, SoloProfile
+
+        self.profiles = [SoloProfile(**p) for p in state["profiles"]]
+        self.observations = [Observation(*row) for row in state["observations"]]
+        self._prepare()
+        for gpu, table in state["tables"].items():
+            full = np.asarray(table["values"], dtype=float)
+            codes = np.asarray(table["sources"], dtype=np.int8)
+            self._tables[gpu] = (full, codes, full.tolist(), codes.tolist())
+        return self
+
+
+def _profile_dict(p):
+    return {"job_class": p.job_class, "gpu_type": p.gpu_type, "gpu_util": p.gpu_util, "mem_util": p.mem_util,
+            "gmem_mb": p.gmem_mb, "solo_tput": p.solo_tput, "extra": dict(p.extra)}
+
+
+def pair_observation_arrays(index, observations, gpu_types=None):
+    """Observations as arrays (gpu position in ``gpu_types``, target id, co-runner id, value)."""
+    gpu_types = list(gpu_types) if gpu_types is not None else sorted({o.gpu_type for o in observations})
+    position = {g: i for i, g in enumerate(gpu_types)}
+    rows = [(position[o.gpu_type], index.ids[o.job_class], index.ids[o.corunner_class], o.norm_tput)
+            for o in observations if o.gpu_type in position]
+    if not rows:
+        return (np.zeros(0, np.intp),) * 3 + (np.zeros(0),)
+    g, t, c, y = zip(*rows)
+    return np.asarray(g, np.intp), np.asarray(t, np.intp), np.asarray(c, np.intp), np.asarray(y, float)
