@@ -17,6 +17,10 @@ SUBCOMMANDS = {
     "model": "slurm_horus.interference.cli:model",
     "simulate": "slurm_horus.sim.cli:simulate",
     "config": "slurm_horus.config_cli:config_command",
+    "collect": "slurm_horus.collect.cli:collect",
+    "ingest": "slurm_horus.collect.cli:ingest_command",
+    "report": "slurm_horus.report.cli:report",
+    "model-refit": "slurm_horus.learn.cli:model_refit",
 }
 
 

@@ -13,7 +13,6 @@ Two backends share one small interface (:class:`GpuBackend`):
   ``HORUS_FAKE_GPU_MEM_MB``. GPU utilization is the sum of its processes' utilization, capped at 100.
 """
 
-import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -253,5 +252,3 @@ def open_backend(kind="auto", **standin_options):
         return StandinBackend(**standin_options)
 
 
-def env_flag(name):
-    return os.environ.get(name, "").lower() in ("1", "yes", "true")

@@ -1,0 +1,95 @@
+"""A tiny SVG line/step chart (no plotting library): enough for utilization-over-time plots."""
+
+from html import escape
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def line_chart(series, width=640, height=220, y_max=None, y_label="", x_is_time=True, title=""):
+    """``series``: [(label, [(x, y), ...])]; None y values break the line. Returns an <svg> string."""
+    left, right, top, bottom = 48, 12, 24, 30
+    points = [(x, y) for _, pts in series for x, y in pts if y is not None]
+    if not points:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">'
+                f'<text x="{width // 2}" y="{height // 2}" text-anchor="middle" fill="#666">no samples</text></svg>')
+    x_min = min(p[0] for p in points)
+    x_max = max(p[0] for p in points)
+    top_value = y_max if y_max is not None else max(p[1] for p in points) or 1.0
+    span_x = (x_max - x_min) or 1.0
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def sx(x):
+        return left + (x - x_min) / span_x * plot_w
+
+    def sy(y):
+        return top + plot_h - min(y, top_value) / top_value * plot_h
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" font-family="sans-serif" font-size="11">']
+    if title:
+        out.append(f'<text x="{left}" y="14" font-weight="bold">{escape(title)}</text>')
+    for fraction in (0, 0.25, 0.5, 0.75, 1.0):
+        y = top + plot_h - fraction * plot_h
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" fill="#444">'
+                   f'{fraction * top_value:.0f}</text>')
+    out.append(f'<text x="12" y="{top + plot_h / 2:.0f}" transform="rotate(-90 12 {top + plot_h / 2:.0f})" '
+               f'text-anchor="middle" fill="#444">{escape(y_label)}</text>')
+    span_label = _duration(x_max - x_min) if x_is_time else f"{x_max - x_min:g}"
+    out.append(f'<text x="{left}" y="{height - 8}" fill="#444">0</text>')
+    out.append(f'<text x="{left + plot_w}" y="{height - 8}" text-anchor="end" fill="#444">+{span_label}</text>')
+    for number, (label, pts) in enumerate(series):
+        color = PALETTE[number % len(PALETTE)]
+        path, pen_down = [], False
+        for x, y in pts:
+            if y is None:
+                pen_down = False
+                continue
+            path.append(f'{"L" if pen_down else "M"}{sx(x):.1f},{sy(y):.1f}')
+            pen_down = True
+        if path:
+            out.append(f'<path d="{" ".join(path)}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        legend_x = left + 8 + number * 120
+        out.append(f'<rect x="{legend_x}" y="{top + 2}" width="10" height="10" fill="{color}"/>')
+        out.append(f'<text x="{legend_x + 14}" y="{top + 11}">{escape(str(label))}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def bar_chart(items, width=640, height=220, title="", y_label=""):
+    """``items``: [(label, value)] -> vertical bars."""
+    left, top, bottom = 48, 24, 40
+    values = [v for _, v in items if v is not None]
+    top_value = max(values) if values else 1.0
+    top_value = top_value or 1.0
+    plot_w, plot_h = width - left - 12, height - top - bottom
+    slot = plot_w / max(1, len(items))
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" font-family="sans-serif" font-size="11">']
+    if title:
+        out.append(f'<text x="{left}" y="14" font-weight="bold">{escape(title)}</text>')
+    out.append(f'<text x="12" y="{top + plot_h / 2:.0f}" transform="rotate(-90 12 {top + plot_h / 2:.0f})" '
+               f'text-anchor="middle" fill="#444">{escape(y_label)}</text>')
+    for number, (label, value) in enumerate(items):
+        value = value or 0.0
+        h = value / top_value * plot_h
+        x = left + number * slot + slot * 0.15
+        out.append(f'<rect x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{slot * 0.7:.1f}" height="{h:.1f}" '
+                   f'fill="{PALETTE[0]}"><title>{escape(str(label))}: {value:.3g}</title></rect>')
+        out.append(f'<text x="{x + slot * 0.35:.1f}" y="{height - bottom + 14}" text-anchor="middle">'
+                   f'{escape(str(label))[:12]}</text>')
+        out.append(f'<text x="{x + slot * 0.35:.1f}" y="{top + plot_h - h - 3:.1f}" text-anchor="middle" '
+                   f'fill="#444">{value:.3g}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _duration(seconds):
+    seconds = int(seconds)
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds} s"
