@@ -1,0 +1,158 @@
+"""GRES strings as Slurm 22.05 prints them, parsed into :class:`GresItem` records.
+
+Shapes handled (all seen on a real 22.05.8 cluster):
+
+* node/job GRES lists: ``gpu:g0:1,gpu:g1:1,shard:8``, ``gpu:g0:1(S:0)``
+* with indices: ``gpu:g1:1(IDX:1)``, ``shard:g2:1(IDX:2)``, ``gpu:g0:0(IDX:N/A)``, ``gpu:2(IDX:0-1,3)``
+* request strings with the ``gres:`` prefix: ``gres:gpu:g1:1,gres:gpu:g3:1``, ``gres:gpu:2``
+* TRES strings: ``cpu=1,gres/gpu:g3=1,gres/gpu=1,mem=250M`` (see :func:`parse_tres_gres`)
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from ..errors import InputError
+
+_ITEM = re.compile(r"^(?P<body>[^()]+?)(?:\((?P<attrs>[^()]*)\))?$")
+
+
+@dataclass(frozen=True)
+class GresItem:
+    """One GRES entry: ``name`` (gpu, shard, mps), optional ``type`` (g2), ``count``, ``indices``."""
+
+    name: str
+    type: Optional[str]
+    count: int
+    indices: Tuple[int, ...] = field(default=())
+
+    def __str__(self):
+        text = self.name if self.type is None else f"{self.name}:{self.type}"
+        text += f":{self.count}"
+        if self.indices:
+            text += f"(IDX:{format_index_list(self.indices)})"
+        return text
+
+
+def parse_index_list(text):
+    """``0-1,3`` -> (0, 1, 3); ``N/A`` or empty -> ()."""
+    text = text.strip()
+    if text in ("", "N/A"):
+        return ()
+    indices = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            low, high = part.split("-", 1)
+            if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+                raise InputError(f"bad GRES index range {part!r} in {text!r}")
+            indices.extend(range(int(low), int(high) + 1))
+        elif part.isdigit():
+            indices.append(int(part))
+        else:
+            raise InputError(f"bad GRES index {part!r} in {text!r}")
+    return tuple(indices)
+
+
+def format_index_list(indices):
+    """(0, 1, 3) -> ``0-1,3`` (the inverse of :func:`parse_index_list`)."""
+    parts = []
+    ordered = sorted(set(indices))
+    start = prev = None
+    for index in ordered:
+        if start is None:
+            start = prev = index
+        elif index == prev + 1:
+            prev = index
+        else:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = prev = index
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def split_gres_list(text):
+    """Split a comma-separated GRES list, keeping commas inside ``(...)`` (``IDX:0-1,3``)."""
+    items, depth, current = [], 0, []
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    items.append("".join(current))
+    return [item.strip() for item in items if item.strip()]
+
+
+def parse_gres_item(text):
+    """Parse one entry such as ``gpu:g1:1(IDX:1)`` or ``gres:gpu:2``."""
+    match = _ITEM.match(text.strip())
+    if not match:
+        raise InputError(f"bad GRES entry {text!r}")
+    fields = match.group("body").split(":")
+    if fields[0] == "gres":
+        fields = fields[1:]
+    if not fields or not fields[0]:
+        raise InputError(f"bad GRES entry {text!r}")
+    name, rest = fields[0], fields[1:]
+    gres_type, count = None, 1
+    if len(rest) == 1:
+        if rest[0].isdigit():
+            count = int(rest[0])
+        else:
+            gres_type = rest[0]
+    elif len(rest) == 2:
+        gres_type = rest[0]
+        if not rest[1].isdigit():
+            raise InputError(f"bad GRES count {rest[1]!r} in {text!r}")
+        count = int(rest[1])
+    elif len(rest) > 2:
+        raise InputError(f"bad GRES entry {text!r}")
+    indices = ()
+    # Attributes look like "IDX:0-1,3" or "S:0"; IDX comes last and its ranges hold commas.
+    attrs = match.group("attrs") or ""
+    if "IDX:" in attrs:
+        indices = parse_index_list(attrs.split("IDX:", 1)[1])
+    return GresItem(name, gres_type, count, indices)
+
+
+def parse_gres(text):
+    """Parse a whole GRES list (``gpu:g0:1,gpu:g1:1(IDX:1),shard:8``); ``None``/``(null)`` -> []."""
+    if text is None:
+        return []
+    text = text.strip()
+    if text in ("", "(null)", "N/A"):
+        return []
+    return [parse_gres_item(item) for item in split_gres_list(text)]
+
+
+def parse_tres_gres(text):
+    """The GRES entries of a TRES string: ``gres/gpu:g3=1,gres/gpu=1,mem=250M`` -> GresItems."""
+    items = []
+    for part in (text or "").split(","):
+        key, _, value = part.strip().partition("=")
+        if not key.startswith("gres/"):
+            continue
+        name, _, gres_type = key[len("gres/"):].partition(":")
+        if not value.isdigit():
+            raise InputError(f"bad TRES count in {part!r}")
+        items.append(GresItem(name, gres_type or None, int(value)))
+    return items
+
+
+def typed_gpu_indices(items, name="gpu"):
+    """GPU indices named by per-GPU types (``gpu:g2`` -> 2) among ``items`` of ``name``.
+
+    The local cluster (and a horus site using indexed binding) gives each GPU its own type ``gK``,
+    so the type alone says which GPU a job holds, even where Slurm prints no IDX (sacct).
+    """
+    indices = set()
+    for item in items:
+        if item.name == name and item.count > 0 and item.type and re.fullmatch(r"g\d+", item.type):
+            indices.add(int(item.type[1:]))
+    return tuple(sorted(indices))

@@ -1,0 +1,254 @@
+"""The real local cluster: pinned GPUs, shared shards, job_submit.lua, teardown, prerequisites."""
+
+import json
+import os
+import shutil
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from slurm_horus.errors import InputError
+from slurm_horus.localcluster import LocalCluster, prerequisite_problems
+from slurm_horus.localcluster import procs
+from slurm_horus.localcluster.prereq import CORE_REQUIREMENTS, PrerequisiteError, check_prerequisites
+from slurm_horus.slurm import GresItem, SlurmCommandError, run_slurm
+
+HORUS = [sys.executable, "-m", "slurm_horus.cli"]
+
+SHOW_GPUS = """#!/bin/sh
+echo "node=$SLURMD_NODENAME job_gpus=$SLURM_JOB_GPUS cvd=$CUDA_VISIBLE_DEVICES gdo=$GPU_DEVICE_ORDINAL"
+"""
+
+# Two jobs meet: each leaves a file and waits for the other's; "met" proves they ran at once.
+RENDEZVOUS = """#!/bin/sh
+touch {dir}/$SLURM_JOB_NAME
+for i in $(seq 1 300); do
+  if [ -e {dir}/{other} ]; then echo "met gdo=$GPU_DEVICE_ORDINAL"; sleep 1; exit 0; fi
+  sleep 0.1
+done
+echo "alone gdo=$GPU_DEVICE_ORDINAL"; exit 1
+"""
+
+
+def test_job_pinned_to_gpu_g2_on_n3_sees_gpu_2(slurm_cluster):
+    job = slurm_cluster.sbatch(["-w", "n3", "--gres=gpu:g2:1"], SHOW_GPUS)
+    assert slurm_cluster.wait_jobs([job])[job] == "COMPLETED"
+    assert slurm_cluster.job_output(job).split() == ["node=n3", "job_gpus=2", "cvd=2", "gdo=2"]
+
+
+def test_two_shard_jobs_share_gpu_1_at_the_same_time(slurm_cluster, tmp_path):
+    os.chmod(tmp_path, 0o777)
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"shA{tag}", f"shB{tag}"
+    jobs = [
+        slurm_cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={a}"],
+                             RENDEZVOUS.format(dir=tmp_path, other=b)),
+        slurm_cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={b}"],
+                             RENDEZVOUS.format(dir=tmp_path, other=a)),
+    ]
+    running = slurm_cluster.wait_jobs(jobs, states={"RUNNING", "COMPLETED"}, timeout=30)
+    assert set(running.values()) <= {"RUNNING", "COMPLETED"}
+    queued = {j.job_id: j for j in slurm_cluster.queue() if j.job_id in jobs}
+    for job in jobs:
+        if job in queued and queued[job].state == "RUNNING":
+            assert queued[job].shard_gpu_indices() == (1,)
+            assert queued[job].gres_requested == [GresItem("shard", "g1", 1)]
+    final = slurm_cluster.wait_jobs(jobs)
+    assert set(final.values()) == {"COMPLETED"}
+    for job in jobs:
+        assert slurm_cluster.job_output(job).split() == ["met", "gdo=1"]
+
+
+def test_live_sinfo_json_parses_into_typed_gpus_and_shards(slurm_cluster):
+    nodes = slurm_cluster.nodes_info()
+    assert sorted(n.name for n in nodes) == ["n1", "n2", "n3", "n4"]
+    for node in nodes:
+        assert [g for g in node.gres if g.name == "gpu"] == [GresItem("gpu", f"g{k}", 1) for k in range(4)]
+        assert [g for g in node.gres if g.name == "shard"] == [GresItem("shard", f"g{k}", 2) for k in range(4)]
+        assert node.cpus == 8 and node.real_memory == 4000
+
+
+def test_live_squeue_json_shows_allocated_gpu_indices(slurm_cluster):
+    job = slurm_cluster.sbatch(["-w", "n4", "--gres=gpu:g1:1,gpu:g3:1"], "#!/bin/sh\nsleep 30\n")
+    try:
+        slurm_cluster.wait_jobs([job], states={"RUNNING"}, timeout=30)
+        (queued,) = [j for j in slurm_cluster.queue() if j.job_id == job]
+        assert queued.nodes == "n4" and queued.gpu_indices() == (1, 3)
+        (n4,) = [n for n in slurm_cluster.nodes_info() if n.name == "n4"]
+        assert {1, 3} <= set(n4.gpu_indices_in_use())
+    finally:
+        slurm_cluster.run(["scancel", str(job)])
+
+
+def test_logging_job_submit_lua_is_loaded_and_logs_each_submission(slurm_cluster):
+    name = f"lua{uuid.uuid4().hex[:8]}"
+    job = slurm_cluster.sbatch([f"--job-name={name}", "--gres=gpu:1"])
+    slurm_cluster.wait_jobs([job])
+    log = (slurm_cluster.root / "log" / "slurmctld.log").read_text()
+    assert "horus: job_submit.lua loaded" in log
+    assert re.search(rf"horus: submit name={name} uid=0 .*tres_per_node=gres:gpu:1", log)
+
+
+def test_replaced_job_submit_lua_is_picked_up_by_the_running_cluster(slurm_cluster, tmp_path):
+    word = uuid.uuid4().hex[:8]
+    lua = tmp_path / "job_submit.lua"
+    original = slurm_cluster.root / "etc" / "job_submit.lua"
+    lua.write_text(original.read_text().replace('"horus: submit ', f'"horus: {word} submit '))
+    slurm_cluster.install_job_submit(lua)
+    try:
+        job = slurm_cluster.sbatch(["--job-name=reloaded"])
+        slurm_cluster.wait_jobs([job])
+        assert f"horus: {word} submit name=reloaded" in (slurm_cluster.root / "log" / "slurmctld.log").read_text()
+    finally:
+        from slurm_horus.resources import resource_path
+        slurm_cluster.install_job_submit(resource_path("job_submit_lua", "job_submit.lua"))
+
+
+def test_dir_below_a_private_directory_is_refused_with_the_reason(tmp_path):
+    os.chmod(tmp_path, 0o700)
+    with pytest.raises(InputError, match="not searchable by others"):
+        LocalCluster(directory=tmp_path / "c", nodes=1, gpus=1).up()
+
+
+def test_broken_job_submit_lua_is_refused_before_anything_starts(tmp_path):
+    bad = tmp_path / "job_submit.lua"
+    bad.write_text("function slurm_job_submit(\n  this is not lua\n")
+    cluster = LocalCluster(directory=tmp_path / "c", job_submit_lua=bad, nodes=1, gpus=1)
+    with pytest.raises(InputError, match=r"job_submit.lua:2:"):
+        cluster.up()
+    assert cluster.daemons == []
+
+
+def test_sacct_json_shows_jobs_with_their_gres(slurm_cluster_dbd):
+    c = slurm_cluster_dbd
+    pinned = c.sbatch(["-w", "n3", "--gres=gpu:g2:1"], SHOW_GPUS)
+    pair = c.sbatch(["--gres=gpu:2"], SHOW_GPUS)
+    shard = c.sbatch(["--gres=shard:g1:1"], SHOW_GPUS)
+    assert set(c.wait_jobs([pinned, pair, shard]).values()) == {"COMPLETED"}
+    deadline = time.monotonic() + 60
+    while True:  # slurmctld hands finished jobs to slurmdbd a moment later
+        jobs = {j.job_id: j for j in c.accounting([pinned, pair, shard])}
+        if len(jobs) == 3 and all(j.state == "COMPLETED" for j in jobs.values()):
+            break
+        assert time.monotonic() < deadline, f"sacct did not record the jobs: {jobs}"
+        time.sleep(0.5)
+    assert jobs[pinned].nodes == "n3" and jobs[pinned].gpu_indices() == (2,)
+    assert jobs[pinned].gres_counts() == {"gpu": 1, "gpu:g2": 1}
+    pair_gpus = jobs[pair].gpu_indices()
+    assert len(pair_gpus) == 2 and jobs[pair].gres_counts()["gpu"] == 2
+    assert c.job_output(pair).split()[1] == "job_gpus=" + ",".join(map(str, pair_gpus))
+    assert jobs[shard].gres_counts() == {"shard": 1}
+    assert c.job_output(shard).split()[3] == "gdo=1"
+
+
+@pytest.fixture
+def cluster_dir():
+    """A fresh directory under /tmp (munged needs every directory above its socket searchable,
+    which pytest's tmp_path is not)."""
+    directory = Path(tempfile.mkdtemp(prefix="horus-test-"))
+    os.chmod(directory, 0o755)
+    yield directory / "cluster"
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir):
+    directory = cluster_dir
+    up = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory), "--nodes", "2", "--gpus", "2"],
+                        capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    conf = directory / "etc" / "slurm.conf"
+    assert f"export SLURM_CONF={conf}" in up.stdout
+    env_line = subprocess.run(HORUS + ["local-cluster", "env", "--dir", str(directory)],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    assert env_line == f"export SLURM_CONF={conf}"
+    status = json.loads(subprocess.run(HORUS + ["local-cluster", "status", "--dir", str(directory), "--json"],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert status["running"] and [d["name"] for d in status["daemons"]] == [
+        "munged", "slurmctld", "slurmd-n1", "slurmd-n2"]
+    cluster = LocalCluster.attach(directory)
+    jobs = [cluster.sbatch(["-w", node, "--gres=gpu:1"], "#!/bin/sh\nsleep 300\n") for node in ("n1", "n2")]
+    cluster.wait_jobs(jobs, states={"RUNNING"}, timeout=30)
+    job_pids = procs.marked_processes(cluster.marker)
+    daemon_pids = [d["pid"] for d in status["daemons"]]
+    assert set(daemon_pids) < set(job_pids)  # slurmstepd and the jobs' sleep are there too
+    down = subprocess.run(HORUS + ["local-cluster", "down", "--dir", str(directory)],
+                          capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert [pid for pid in job_pids if procs.pid_alive(pid)] == []
+    assert procs.marked_processes(cluster.marker) == []
+    stopped = subprocess.run(HORUS + ["local-cluster", "status", "--dir", str(directory)],
+                             capture_output=True, text=True)
+    assert stopped.returncode == 1 and "not running" in stopped.stdout
+
+
+def test_port_clash_picks_another_port():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = LocalCluster(nodes=1, gpus=1, base_port=port)
+        try:
+            cluster.up()
+            assert port not in [cluster.ports["slurmctld"], *cluster.ports["slurmd"]]
+            assert cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
+        finally:
+            assert cluster.down() == []
+
+
+def test_free_port_picker_skips_ports_in_use():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        chosen = procs.pick_free_ports(3, start=port)
+    assert port not in chosen and len(set(chosen)) == 3 and all(p > port for p in chosen)
+
+
+def test_missing_programs_are_named_with_their_packages(tmp_path):
+    problems = prerequisite_problems(with_dbd=True, path=str(tmp_path), euid=0)
+    assert len(problems) == 1
+    text = problems[0]
+    for item, package in [("munged", "munge"), ("slurmd", "slurmd"), ("sinfo", "slurm-client"),
+                          ("slurmdbd", "slurmdbd"), ("mariadbd", "mariadb-server"), ("luac5.1", "lua5.1")]:
+        assert f"{item} (package {package})" in text
+    assert "apt-get install -y --no-install-recommends" in text
+
+
+def test_missing_file_and_non_root_are_reported():
+    problems = prerequisite_problems(requirements=CORE_REQUIREMENTS + [("/nonexistent/lib.so", "libfoo")],
+                                     euid=1000)
+    assert any("/nonexistent/lib.so (package libfoo)" in p for p in problems)
+    assert any("run it as root" in p for p in problems)
+    with pytest.raises(PrerequisiteError):
+        check_prerequisites(euid=1000)
+
+
+def test_cli_up_without_the_programs_says_what_is_missing(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))
+    result = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(tmp_path / "c")],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode != 0
+    assert "munged (package munge)" in result.stderr and "apt-get install" in result.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_run_slurm_failure_carries_the_commands_message(slurm_cluster):
+    with pytest.raises(SlurmCommandError) as info:
+        slurm_cluster.run(["scontrol", "show", "job", "999999"])
+    assert info.value.returncode == 1
+    assert str(info.value).startswith("scontrol failed (exit 1): ") and "Invalid job id" in str(info.value)
+
+
+def test_run_slurm_timeout_and_missing_program_are_clear_errors(tmp_path):
+    # Without a readable slurm.conf a Slurm CLI retries for 60 s: the timeout must cut it short.
+    with pytest.raises(SlurmCommandError, match="sinfo timed out after 1 s"):
+        run_slurm(["sinfo"], slurm_conf=tmp_path / "missing.conf", timeout=1)
+    with pytest.raises(SlurmCommandError, match="not found on PATH"):
+        run_slurm(["no-such-slurm-command"])
