@@ -8,6 +8,9 @@ import time
 
 import pytest
 
+NODE = "hxtest1"  # a node name no local cluster uses: their jobs on "n1" must not count here
+OTHER = "hxtest2"
+
 from slurm_horus.collect import procfs
 from slurm_horus.collect.nvml import ProcessReading, StandinBackend, nvml_call
 from slurm_horus.collect.sampler import Spool, export_batches, import_batches, sample_once, ship
@@ -19,7 +22,7 @@ def fake_jobs():
     """Start fake GPU job processes; yields a function start(job_id, gpus, util, node, mem, holder_only)."""
     started = []
 
-    def start(job_id, gpus, util=None, node="n1", mem=None, var="GPU_DEVICE_ORDINAL"):
+    def start(job_id, gpus, util=None, node=NODE, mem=None, var="GPU_DEVICE_ORDINAL"):
         env = dict(os.environ, SLURM_JOB_ID=str(job_id), SLURMD_NODENAME=node)
         env[var] = gpus
         if var != "GPU_DEVICE_ORDINAL":
@@ -54,8 +57,8 @@ def test_exclusive_and_shared_gpus_land_on_the_right_jobs(fake_jobs):
     fake_jobs(102, "2", util=30, mem=1000)          # GPU 2 shared by 102 and 103
     fake_jobs(103, "2", util=45, mem=2000)
     fake_jobs(104, "1", var="SLURM_JOB_GPUS")       # holds GPU 1, runs nothing on it
-    fake_jobs(105, "3", util=90, node="n2")         # another node's job: not ours
-    batch = sample_once(StandinBackend(gpus=4, node="n1"), "n1")
+    fake_jobs(105, "3", util=90, node=OTHER)         # another node's job: not ours
+    batch = sample_once(StandinBackend(gpus=4, node=NODE), NODE)
 
     gpus = {g["gpu_index"]: g for g in batch["gpus"]}
     assert gpus[0]["job_ids"] == "101" and gpus[0]["gpu_util"] == 70
@@ -73,7 +76,7 @@ def test_exclusive_and_shared_gpus_land_on_the_right_jobs(fake_jobs):
 
 
 def test_child_processes_of_a_job_are_not_counted_twice(fake_jobs):
-    env = dict(os.environ, SLURM_JOB_ID="201", SLURMD_NODENAME="n1", GPU_DEVICE_ORDINAL="1",
+    env = dict(os.environ, SLURM_JOB_ID="201", SLURMD_NODENAME=NODE, GPU_DEVICE_ORDINAL="1",
                HORUS_FAKE_GPU_UTIL="40")
     parent = subprocess.Popen(
         [sys.executable, "-c",
@@ -82,7 +85,7 @@ def test_child_processes_of_a_job_are_not_counted_twice(fake_jobs):
     try:
         child = int(parent.stdout.readline())
         assert procfs.parent_pid(child) == parent.pid
-        batch = sample_once(StandinBackend(gpus=2, node="n1"), "n1")
+        batch = sample_once(StandinBackend(gpus=2, node=NODE), NODE)
         assert _use(batch, 201, 1)["sm_util"] == 40 and _use(batch, 201, 1)["n_procs"] == 1
     finally:
         os.kill(child, 9)
@@ -94,14 +97,14 @@ def test_vanished_process_and_lost_gpu_do_not_crash(fake_jobs):
     proc = fake_jobs(301, "0", util=50)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid that no longer exists, as if it exited between NVML and /proc
-    backend = StandinBackend(gpus=3, node="n1", lost={1},
+    backend = StandinBackend(gpus=3, node=NODE, lost={1},
                              extra_processes={2: [ProcessReading(pid=gone.pid, used_mem_mb=10, sm_util=5)]})
-    batch = sample_once(backend, "n1")
+    batch = sample_once(backend, NODE)
     assert sorted(g["gpu_index"] for g in batch["gpus"]) == [0, 2]
     assert _use(batch, 301, 0)["sm_util"] == 50
     proc.kill()
     proc.wait()
-    batch = sample_once(backend, "n1")  # the job process is gone now too
+    batch = sample_once(backend, NODE)  # the job process is gone now too
     assert batch["jobs"] == [] and len(batch["gpus"]) == 2
 
 
@@ -130,10 +133,10 @@ def test_nvml_call_turns_not_supported_and_missing_into_none():
 
 def test_spool_ships_once_and_export_import_round_trip(tmp_path, fake_jobs):
     fake_jobs(401, "0", util=60)
-    backend = StandinBackend(gpus=1, node="n1")
+    backend = StandinBackend(gpus=1, node=NODE)
     spool = Spool(tmp_path / "spool.db")
     for ts in (100.0, 105.0, 110.0):
-        spool.append(sample_once(backend, "n1", ts))
+        spool.append(sample_once(backend, NODE, ts))
     db = open_db(tmp_path / "horus.db")
     assert ship(spool, db) == 3
     assert ship(spool, db) == 0
@@ -145,9 +148,19 @@ def test_spool_ships_once_and_export_import_round_trip(tmp_path, fake_jobs):
     assert db.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 3
     assert db.execute("SELECT count(*) FROM job_gpu_use WHERE job_id = 401").fetchone()[0] == 3
 
-    spool.append(sample_once(backend, "n1", 120.0))
+    spool.append(sample_once(backend, NODE, 120.0))
     out = io.StringIO()
     assert export_batches(spool, out) == 1
     other = open_db(tmp_path / "head.db")
     assert import_batches(other, out.getvalue().splitlines()) == 1
     assert other.execute("SELECT ts FROM gpu_samples").fetchall() == [(120.0,)]
+
+
+def test_jobs_of_another_cluster_on_the_same_host_are_left_out(fake_jobs, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", "/lab/a/slurm.conf")
+    fake_jobs(501, "0", util=20)
+    monkeypatch.setenv("SLURM_CONF", "/lab/b/slurm.conf")
+    fake_jobs(502, "0", util=30)
+    backend = StandinBackend(gpus=1, node=NODE, slurm_conf="/lab/a/slurm.conf")
+    batch = sample_once(backend, NODE, slurm_conf="/lab/a/slurm.conf")
+    assert [u["job_id"] for u in batch["jobs"]] == [501] and batch["gpus"][0]["gpu_util"] == 20

@@ -33,8 +33,10 @@ def _db(db_path):
               help="write unshipped batches as JSON lines to this file ('-': stdout), then stop")
 @click.option("--import", "import_from", type=click.File("r"),
               help="store JSON-line batches from this file ('-': stdin) into --db, then stop")
+@click.option("--slurm-conf", envvar="SLURM_CONF",
+              help="count only jobs whose SLURM_CONF is this one (tells apart clusters sharing a host)")
 def collect(db_path, spool, node, backend, gpus, interval, count, once, ship_now, ship_every,
-            export_to, import_from):
+            export_to, import_from, slurm_conf):
     """Sample this node's GPUs (NVML) into a local spool and ship the batches to the history store."""
     from . import sampler
     from .nvml import NvmlUnavailable, open_backend
@@ -55,14 +57,14 @@ def collect(db_path, spool, node, backend, gpus, interval, count, once, ship_now
         return
     node = node or sampler.node_name()
     try:
-        gpu_backend = open_backend(backend, gpus=gpus, node=node)
+        gpu_backend = open_backend(backend, gpus=gpus, node=node, slurm_conf=slurm_conf)
     except NvmlUnavailable as exc:
         raise InputError(f"{exc} (use --backend standin on a machine without GPUs)") from None
     target = _db(db_path) if ship_every > 0 else None
     try:
         done = sampler.run_collector(gpu_backend, queue, node, interval_s=interval,
                                      count=1 if once else count, ship_to=target,
-                                     ship_every_s=ship_every)
+                                     ship_every_s=ship_every, slurm_conf=slurm_conf)
     finally:
         gpu_backend.close()
     click.echo(f"{done} samples from {node} ({gpu_backend.name}); {queue.count()} batches unshipped",
@@ -87,7 +89,7 @@ def _epoch_option(text, name):
 @click.option("--since", help="start of the range (default: the last ingested end time, or 30 days ago)")
 @click.option("--until", help="end of the range (default: now)")
 @click.option("--window-hours", type=float, default=168.0, show_default=True,
-              help="one sacct call per window of this many hours")
+              help="first sacct window (hours); later windows adapt to the job rate")
 @click.option("--format", "fmt", type=click.Choice(["auto", "json", "parsable"]), default="auto",
               show_default=True, help="sacct --json (22.05), sacct -P, or --json falling back to -P")
 @click.option("--from-file", type=click.Path(dir_okay=False),
@@ -106,10 +108,10 @@ def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_co
     window_s = window_hours * 3600 if not from_file else 10 ** 10
     show = sys.stderr.isatty() if progress is None else progress
 
-    def report(done, total, jobs):
+    def report(fraction, windows, jobs):
         if show:
-            click.echo(f"\ringest: window {done}/{total}, {jobs} jobs read", err=True,
-                       nl=done == total)
+            click.echo(f"\ringest: {100 * fraction:5.1f}% of the range, {windows} sacct calls, "
+                       f"{jobs} jobs read", err=True, nl=fraction >= 1.0)
 
     result = ingest(db, source, since=_epoch_option(since, "--since"),
                     until=_epoch_option(until, "--until"), window_s=window_s, progress=report)

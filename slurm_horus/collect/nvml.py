@@ -171,13 +171,14 @@ FAKE_MEM_VAR = "HORUS_FAKE_GPU_MEM_MB"
 class StandinBackend(GpuBackend):
     """Synthetic GPUs whose processes are this machine's fake GPU job processes.
 
-    ``node``: only processes whose ``SLURMD_NODENAME`` is this node count (several slurmd of the local
-    cluster share one host). ``lost``: indices that behave like a GPU fallen off the bus.
+    ``node`` / ``slurm_conf``: only job processes of this node and cluster count (several slurmd, even
+    several local clusters, share one host; see ``procfs.is_ours``). ``lost``: indices that behave like a GPU fallen off the bus.
     ``extra_processes``: {index: [ProcessReading]} added as if NVML had reported them.
     """
 
     gpus: int = 4
     node: Optional[str] = None
+    slurm_conf: Optional[str] = None
     gpu_name: str = "Stand-in GPU"
     mem_total_mb: float = 16384.0
     lost: set = field(default_factory=set)
@@ -195,7 +196,7 @@ class StandinBackend(GpuBackend):
             env = procfs.read_environ(pid, self.proc_root)
             if not env or FAKE_UTIL_VAR not in env or "GPU_DEVICE_ORDINAL" not in env:
                 continue
-            if self.node and env.get("SLURMD_NODENAME", self.node) != self.node:
+            if not procfs.is_ours(env, self.node, self.slurm_conf):
                 continue
             # A job's children inherit the variables; only the topmost carrier is "the" GPU process.
             parent_env = procfs.read_environ(procfs.parent_pid(pid, self.proc_root) or 0, self.proc_root)

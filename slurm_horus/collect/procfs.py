@@ -88,14 +88,27 @@ def parse_gpu_list(text):
     return indices
 
 
-def gpu_holders(node=None, proc_root="/proc"):
-    """{gpu index: {job id}} of the Slurm jobs running here (on ``node`` when given)."""
+def is_ours(env, node=None, slurm_conf=None):
+    """Whether a job process (its environment) belongs to this collector's node and cluster.
+
+    Several slurmd of one host (the local cluster, or several local clusters side by side) are told
+    apart by the job's ``SLURMD_NODENAME`` and ``SLURM_CONF``; a variable the job lacks never excludes.
+    """
+    if node and env.get("SLURMD_NODENAME", node) != node:
+        return False
+    if slurm_conf and env.get("SLURM_CONF", slurm_conf) != slurm_conf:
+        return False
+    return True
+
+
+def gpu_holders(node=None, proc_root="/proc", slurm_conf=None):
+    """{gpu index: {job id}} of the Slurm jobs running here (on ``node``/``slurm_conf`` when given)."""
     holders = {}
     for pid in list_pids(proc_root):
         env = read_environ(pid, proc_root)
         if not env or not env.get("SLURM_JOB_ID", "").isdigit():
             continue
-        if node and env.get("SLURMD_NODENAME", node) != node:
+        if not is_ours(env, node, slurm_conf):
             continue
         for var in GPU_VARS:
             if env.get(var):

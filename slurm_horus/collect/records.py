@@ -96,7 +96,7 @@ def gres_from_tres(entries):
                 indices.add(int(match.group(1)))
             if name == "gpu":
                 n_gpus = max(n_gpus, count)
-    return ",".join(parts), n_gpus, shards, indices
+    return ",".join(sorted(parts)), n_gpus, shards, indices
 
 
 def _tres_text_entries(text):
@@ -201,11 +201,13 @@ def _json_tres_entries(items):
 
 
 def _json_tres_text(items):
+    """TRES list -> sacct's text form (``cpu=1,gres/gpu:g0=1,mem=250M``), keys sorted."""
     parts = []
     for item in items or []:
         key = item.get("type") if not item.get("name") else f"{item['type']}/{item['name']}"
-        parts.append(f"{key}={item.get('count')}")
-    return ",".join(parts)
+        count = item.get("count")
+        parts.append(f"{key}={count}M" if key == "mem" and count is not None else f"{key}={count}")
+    return ",".join(sorted(parts))
 
 
 def _json_nodes(value):
@@ -269,7 +271,7 @@ def job_rows_from_json(doc, now=None):
             "comment": _get(job, "comment", "job") or None,
             "admin_comment": _get(job, "comment", "administrator") or None,
         }
-        req_text = ",".join(f"{n}:{t}={c}" if t else f"{n}={c}" for n, t, c in req_gres)
+        req_text = gres_from_tres(req_gres)[0]
         jobs.append(_finish_job_row(row, gres_entries, req_text))
         for step in job.get("steps") or []:
             step_exit, step_signal = _exit(step.get("exit_code"))
@@ -292,6 +294,28 @@ def job_rows_from_json(doc, now=None):
                 "tres_alloc": _json_tres_text(_get(step, "tres", "allocated")) or None,
             })
     return jobs, steps
+
+
+def apply_exit_codes(jobs, steps, text):
+    """Overwrite exit codes with those of ``sacct -P -n -o JobIDRaw,ExitCode`` output.
+
+    Slurm 22.05's ``sacct --json`` reports ``return_code: 0`` (status SUCCESS) for a job or step that
+    exited 3 and is FAILED (seen on 22.05.8; ``-P`` prints ``3:0``), so the JSON path takes exit
+    codes from this second, cheap query.
+    """
+    codes = {}
+    for line in text.splitlines():
+        raw_id, sep, exit_text = line.strip().partition("|")
+        if sep:
+            codes[raw_id] = _parsable_exit(exit_text)
+    for job in jobs:
+        found = codes.get(str(job["job_id"]))
+        if found and found[0] is not None:
+            job["exit_code"], job["exit_signal"] = found
+    for step in steps:
+        found = codes.get(f"{step['job_id']}.{step['step_id']}")
+        if found and found[0] is not None:
+            step["exit_code"], step["exit_signal"] = found
 
 
 # --- sacct -P (any version) ---------------------------------------------------------------------
@@ -349,7 +373,7 @@ def job_rows_from_parsable(text, source="sacct -P"):
                 "name": f["JobName"] or None, "state": state, "exit_code": exit_code,
                 "exit_signal": exit_signal, "start_time": _parsable_time(f["Start"]),
                 "end_time": _parsable_time(f["End"]), "elapsed_s": _int(f["ElapsedRaw"]),
-                "nodes": nodes, "tres_alloc": f["AllocTRES"] or None,
+                "nodes": nodes, "tres_alloc": ",".join(sorted(f["AllocTRES"].split(","))) or None,
             })
             continue
         array_job, _, array_task = f["JobID"].partition("_")
@@ -368,6 +392,6 @@ def job_rows_from_parsable(text, source="sacct -P"):
             "comment": f["Comment"] or None, "admin_comment": f["AdminComment"] or None,
         }
         req_gres, _ = _tres_text_entries(f["ReqTRES"])
-        req_text = ",".join(f"{n}:{t}={c}" if t else f"{n}={c}" for n, t, c in req_gres)
+        req_text = gres_from_tres(req_gres)[0]
         jobs.append(_finish_job_row(row, gres_entries, req_text))
     return jobs, steps

@@ -35,10 +35,10 @@ def _sum_known(values):
     return sum(known) if known else None
 
 
-def sample_once(backend, node, ts=None, proc_root="/proc"):
+def sample_once(backend, node, ts=None, proc_root="/proc", slurm_conf=None):
     """One sample of every GPU: {"node", "ts", "gpus": [row], "jobs": [row]} (rows as dicts)."""
     ts = round(time.time() if ts is None else ts, 3)
-    holders = procfs.gpu_holders(node, proc_root)
+    holders = procfs.gpu_holders(node, proc_root, slurm_conf)
     gpus, uses = [], []
     for index in range(backend.device_count() or 0):
         try:
@@ -187,12 +187,12 @@ def import_batches(db, lines, source="-", chunk=500):
 
 
 def run_collector(backend, spool, node, interval_s=5.0, count=None, ship_to=None, ship_every_s=60.0,
-                  proc_root="/proc", sleep=time.sleep, clock=time.time):
+                  proc_root="/proc", slurm_conf=None, sleep=time.sleep, clock=time.time):
     """Sample every ``interval_s`` into ``spool`` (``count`` times, or forever); ship now and then."""
     done, last_ship = 0, clock()
     while count is None or done < count:
         started = clock()
-        spool.append(sample_once(backend, node, started, proc_root))
+        spool.append(sample_once(backend, node, started, proc_root, slurm_conf))
         done += 1
         if ship_to is not None and (clock() - last_ship >= ship_every_s or done == count):
             ship(spool, ship_to)
