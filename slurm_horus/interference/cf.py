@@ -42,17 +42,42 @@ def phi(side, t, c):
 
 
 N_SIDE = 6
+N_CLASS_SIDE = 3
+
+
+def _standardized(values):
+    known = ~np.isnan(values)
+    if known.sum() >= 2:
+        values = (values - np.nanmean(values)) / (np.nanstd(values) or 1.0)
+    return np.nan_to_num(values), known
+
+
+def class_side(profile_table, gpu_type):
+    """Per-class side information on one GPU type, zeros where unknown: standardized log solo
+    throughput (short-step jobs are the aggressive co-runners in Gavel's P100 data), standardized
+    log speed-up of this GPU type over the class's other GPU types, and a known flag."""
+    log_tput = np.log(profile_table.own("solo_tput", gpu_type))
+    elsewhere = [np.log(profile_table.own("solo_tput", other)) for other in profile_table.gpu_types if other != gpu_type]
+    if elsewhere:
+        stacked = np.vstack(elsewhere)
+        count = (~np.isnan(stacked)).sum(axis=0)
+        mean = np.where(count > 0, np.nansum(stacked, axis=0) / np.maximum(count, 1), np.nan)
+    else:
+        mean = np.full_like(log_tput, np.nan)
+    tput, known = _standardized(log_tput)
+    speedup, _ = _standardized(log_tput - mean)
+    return np.column_stack([tput, speedup, known.astype(float)])
 
 
 class CFPredictor(TablePredictor):
     name = "cf"
-    options = {"rank": 4, "reg": 1e-3, "reg_gpu": 1e-3, "seed": 0, "max_iter": 500}
+    options = {"rank": 2, "reg": 1e-3, "reg_gpu": 3e-4, "seed": 0, "max_iter": 500}
 
     def _layout(self, gpus, count):
         rank = self.settings["rank"]
         shapes = [("mu", (gpus,)), ("scale", (gpus,)), ("bt", (count,)), ("bc", (count,)),
                   ("dt", (gpus, count)), ("dc", (gpus, count)), ("p", (count, rank)), ("q", (count, rank)),
-                  ("w", (N_SIDE,))]
+                  ("w", (N_SIDE,)), ("at", (gpus, N_CLASS_SIDE)), ("ac", (gpus, N_CLASS_SIDE))]
         layout, start = [], 0
         for name, shape in shapes:
             size = int(np.prod(shape))
@@ -86,13 +111,15 @@ class CFPredictor(TablePredictor):
         init["p"][:] = rng.normal(0, 0.1, init["p"].shape)
         init["q"][:] = rng.normal(0, 0.1, init["q"].shape)
         reg, reg_gpu = self.settings["reg"], self.settings["reg_gpu"]
+        classes = np.stack([class_side(self.profile_table, gpu) for gpu in self.gpu_types])
         n = max(len(y), 1)
 
         def loss(vector):
             v = self._unpack(vector)
             inner = np.einsum("ij,ij->i", v["p"][t], v["q"][c])
             pred = (v["mu"][g] + v["bt"][t] + v["bc"][c] + v["dt"][g, t] + v["dc"][g, c]
-                    + v["scale"][g] * inner + features @ v["w"])
+                    + v["scale"][g] * inner + features @ v["w"]
+                    + np.einsum("ij,ij->i", classes[g, t], v["at"][g]) + np.einsum("ij,ij->i", classes[g, c], v["ac"][g]))
             r = (pred - y) / n
             grad = np.zeros_like(vector)
             d = self._unpack(grad)
@@ -109,9 +136,15 @@ class CFPredictor(TablePredictor):
             d["p"] += reg * v["p"]
             d["q"] += reg * v["q"]
             d["w"][:] = features.T @ r
+            for k in range(N_CLASS_SIDE):
+                d["at"][:, k] = np.bincount(g, r * classes[g, t, k], gpus)
+                d["ac"][:, k] = np.bincount(g, r * classes[g, c, k], gpus)
+            d["at"] += reg * v["at"]
+            d["ac"] += reg * v["ac"]
             value = 0.5 * n * np.sum(r * r) + 0.5 * reg * (
                 np.sum(v["bt"] ** 2) + np.sum(v["bc"] ** 2) + np.sum(v["p"] ** 2) + np.sum(v["q"] ** 2)
-                + np.sum((v["scale"] - 1.0) ** 2)) + 0.5 * reg_gpu * (np.sum(v["dt"] ** 2) + np.sum(v["dc"] ** 2))
+                + np.sum((v["scale"] - 1.0) ** 2)) + 0.5 * reg_gpu * (np.sum(v["dt"] ** 2) + np.sum(v["dc"] ** 2)) \
+                + 0.5 * reg * (np.sum(v["at"] ** 2) + np.sum(v["ac"] ** 2))
             return value, grad
 
         result = minimize(loss, start, jac=True, method="L-BFGS-B",
@@ -134,6 +167,10 @@ class CFPredictor(TablePredictor):
         extra = (phi(side, t.ravel(), c.ravel()) @ v["w"]).reshape(count, count)
         values = (mu + (v["bt"] + dt)[:, None] + (v["bc"] + dc)[None, :]
                   + scale * (v["p"] @ v["q"].T) + extra)
+        side_of_class = class_side(self.profile_table, gpu_type)
+        at = v["at"][position] if position is not None else v["at"].mean(axis=0)
+        ac = v["ac"][position] if position is not None else v["ac"].mean(axis=0)
+        values = values + (side_of_class @ at)[:, None] + (side_of_class @ ac)[None, :]
         values[~self._seen, :] = np.nan
         values[:, ~self._seen] = np.nan
         return values

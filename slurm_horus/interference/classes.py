@@ -36,3 +36,31 @@ def gavel_class(job_type):
         raise ValueError(f"not a Gavel job type: {job_type!r}")
     batch = match.group("bs")
     return class_name(match.group("model"), int(batch) if batch else None)
+
+
+_BATCH_RE = re.compile(r"^(?P<head>.+?)-bs(?P<bs>\d+)(?P<tail>(?:-.*)?)$")
+
+
+def batch_family(name):
+    """``resnet50-bs64`` -> (``resnet50``, 64); ``lm-bs5-amp`` -> (``lm-amp``, 5); no batch -> None.
+
+    Classes of one family differ only in batch size, so their peak memory grows with it.
+    """
+    match = _BATCH_RE.match(name)
+    if not match:
+        return None
+    return match.group("head") + match.group("tail"), int(match.group("bs"))
+
+
+def batch_orderings(names):
+    """Index pairs (smaller batch, next larger batch) within each family of ``names``."""
+    families = {}
+    for i, name in enumerate(names):
+        key = batch_family(name)
+        if key:
+            families.setdefault(key[0], []).append((key[1], i))
+    pairs = []
+    for members in families.values():
+        members.sort()
+        pairs.extend((a[1], b[1]) for a, b in zip(members, members[1:]) if a[0] < b[0])
+    return pairs

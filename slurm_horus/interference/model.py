@@ -4,6 +4,7 @@ from .base import Prediction
 from .cf import CFPredictor
 from .chain import ChainPredictor
 from .measured import MeasuredPredictor
+from .mlp import MLPPredictor
 from .priors import builtin_priors
 from .utilization import UtilizationPredictor
 
@@ -11,6 +12,7 @@ PREDICTORS = {
     "measured": MeasuredPredictor,
     "cf": CFPredictor,
     "utilization": UtilizationPredictor,
+    "mlp": MLPPredictor,
     "chain": ChainPredictor,
 }
 

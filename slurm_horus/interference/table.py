@@ -11,6 +11,7 @@ memory get 0.
 import numpy as np
 
 from .base import Prediction, Predictor, compose_norm_tputs
+from .classes import batch_orderings
 from .gpus import gpu_memory_mb as _gpu_memory_mb
 from .gpus import memory_from_profiles
 
@@ -61,6 +62,11 @@ class ProfileTable:
                     self._own[p.gpu_type][f][i] = value
         self._cache = {}
 
+    def own(self, feature, gpu_type):
+        """The class's own measurement of ``feature`` on ``gpu_type`` (NaN where not measured)."""
+        own = self._own.get(gpu_type)
+        return own[feature].copy() if own is not None else np.full(len(self.index), np.nan)
+
     def features(self, gpu_type):
         """dict feature name -> array over class ids for ``gpu_type``."""
         cached = self._cache.get(gpu_type)
@@ -82,21 +88,66 @@ class ProfileTable:
         return result
 
 
+def infer_latent_memory(evidence, count, orderings=(), margin=0.05):
+    """Pairs that cannot share a GPU, inferred from pairs observed to fail (0) or to run.
+
+    ``evidence`` is a list of (class a, class b, failed, weight). Fits one unknown peak memory per
+    class, in units of the GPU's memory, by a soft-margin linear program: a failed pair should sum
+    to at least ``1 + margin``, a pair that ran to at most ``1 - margin``; each violation costs its
+    weight (the 0s are not all explained by memory), and among equally good fits the smallest
+    memories win, so a pair is only declared infeasible (summed memory above 1) when the evidence
+    pushes it there. ``orderings`` are (i, j) pairs with memory_i <= memory_j (same model, larger
+    batch). Returns the (count, count) boolean matrix of inferred infeasible pairs.
+    """
+    from scipy.optimize import linprog
+
+    inferred = np.zeros((count, count), bool)
+    if not any(failed for _, _, failed, _ in evidence):
+        return inferred
+    n = len(evidence)
+    rows = np.zeros((n + len(orderings), count + n))
+    limits = np.zeros(n + len(orderings))
+    for k, (a, b, failed, _) in enumerate(evidence):
+        sign = -1.0 if failed else 1.0
+        rows[k, a] += sign
+        rows[k, b] += sign
+        rows[k, count + k] = -1.0  # slack
+        limits[k] = sign - margin
+    for k, (small, large) in enumerate(orderings):
+        rows[n + k, small], rows[n + k, large] = 1.0, -1.0
+    objective = np.concatenate([np.full(count, 1e-3), [weight for _, _, _, weight in evidence]])
+    result = linprog(objective, A_ub=rows, b_ub=limits, bounds=[(0.0, 2.0)] * count + [(0.0, None)] * n,
+                     method="highs")
+    if result.success:
+        memory = result.x[:count]
+        inferred = (memory[:, None] + memory[None, :]) > 1.0
+    return inferred
+
+
 class MemoryGuard:
     """Which sets of classes cannot share one GPU of a type.
 
-    Infeasible when the summed known peak memory (``gmem_mb``) exceeds the GPU's memory, or when the
-    pair was observed not to run together (normalized throughput 0: Gavel has no memory figures,
-    its 0s are the only memory evidence).
+    Infeasible when the summed known peak memory (``gmem_mb``) exceeds the GPU's memory, when the
+    pair was observed not to run together on that GPU type (normalized throughput 0: Gavel has no
+    memory figures, its 0s are the only memory evidence), or when :func:`infer_latent_memory`
+    finds that the observed 0s force it (own GPU type's evidence at full weight, other types'
+    evidence at weight ``BORROW_WEIGHT`` for pairs not seen on this type (failures from GPUs with
+    at least as much memory, successes from GPUs with at most as much), only while this type has
+    seen fewer than ``SPARSE_SHARE`` of the pairs seen on any type: with rich evidence of its own,
+    borrowing from other types mostly adds false 0s).
     """
+
+    BORROW_WEIGHT = 0.1
+    SPARSE_SHARE = 0.5
 
     def __init__(self, index, profile_table, observations, memory_sizes):
         self.index = index
         self.profile_table = profile_table
         self.memory_sizes = dict(memory_sizes)
         count = len(index)
-        self._observed_zero = {}
-        for gpu in {o.gpu_type for o in observations}:
+        self._orderings = batch_orderings(index.names)
+        self._failed, self._seen = {}, {}
+        for gpu in sorted({o.gpu_type for o in observations}):
             zeros = np.zeros((count, count))
             seen = np.zeros((count, count))
             for o in observations:
@@ -104,9 +155,31 @@ class MemoryGuard:
                     t, c = index.ids[o.job_class], index.ids[o.corunner_class]
                     seen[t, c] += 1
                     zeros[t, c] += o.norm_tput <= 0.0
-            bad = (seen > 0) & (zeros * 2 >= seen)  # most observations of the pair say it failed
-            self._observed_zero[gpu] = bad | bad.T  # a pair that cannot run fails for both jobs
+            failed = (seen > 0) & (zeros * 2 >= seen)  # most observations of the pair say it failed
+            self._failed[gpu] = failed | failed.T  # a pair that cannot run fails for both jobs
+            self._seen[gpu] = (seen + seen.T) > 0
         self._cache = {}
+
+    def _observed_infeasible(self, gpu_type):
+        count = len(self.index)
+        own_failed = self._failed.get(gpu_type, np.zeros((count, count), bool))
+        own_seen = self._seen.get(gpu_type, np.zeros((count, count), bool))
+        upper = np.triu(np.ones((count, count), bool))
+        evidence = [(a, b, bool(own_failed[a, b]), 1.0) for a, b in np.argwhere(own_seen & upper)]
+        everywhere = np.any(list(self._seen.values()), axis=0)
+        sparse = own_seen.sum() < self.SPARSE_SHARE * everywhere.sum()
+        capacity = self.capacity_mb(gpu_type)
+        for other, seen in self._seen.items():
+            if sparse and other != gpu_type:
+                # a failure on a GPU with at least as much memory carries over, and so does a
+                # success on one with at most as much
+                other_capacity = self.capacity_mb(other)
+                failed = self._failed[other] & (other_capacity >= capacity)
+                ran = ~self._failed[other] & (other_capacity <= capacity)
+                evidence += [(a, b, bool(failed[a, b]), self.BORROW_WEIGHT)
+                             for a, b in np.argwhere(seen & (failed | ran) & ~own_seen & upper)]
+        inferred = infer_latent_memory(evidence, count, self._orderings)
+        return own_failed | (inferred & ~own_seen)
 
     def capacity_mb(self, gpu_type):
         return _gpu_memory_mb(gpu_type, self.memory_sizes)
@@ -122,9 +195,8 @@ class MemoryGuard:
         peak = self.peak_mb(gpu_type)
         with np.errstate(invalid="ignore"):
             bad = (peak[:, None] + peak[None, :]) > capacity  # NaN compares False: unknown is not proof
-        zero = self._observed_zero.get(gpu_type)
-        if zero is not None:
-            bad = bad | zero
+        if self._seen:
+            bad = bad | self._observed_infeasible(gpu_type)
         self._cache[gpu_type] = bad
         return bad
 

@@ -1,1 +1,2 @@
-"""SQLite history store: schema, migrations and the reads/writes the other rooms share."""
+"""SQLite history store: schema and migrations (db.py), shared reads (queries.py), fitted models
+(models.py), all through sqlite-utils."""
