@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "ingest": "slurm_horus.collect.cli:ingest_command",
     "report": "slurm_horus.report.cli:report",
     "model-refit": "slurm_horus.learn.cli:model_refit",
+    "demo": "slurm_horus.demo:demo",
 }
 
 

@@ -17,6 +17,7 @@ import pytest
 from slurm_horus.errors import InputError
 from slurm_horus.localcluster import LocalCluster, prerequisite_problems
 from slurm_horus.localcluster import procs
+from slurm_horus.resources import resource_path
 from slurm_horus.localcluster.prereq import CORE_REQUIREMENTS, PrerequisiteError, check_prerequisites
 from slurm_horus.slurm import GresItem, SlurmCommandError, run_slurm
 
@@ -43,27 +44,32 @@ def test_job_pinned_to_gpu_g2_on_n3_sees_gpu_2(slurm_cluster):
     assert slurm_cluster.job_output(job).split() == ["node=n3", "job_gpus=2", "cvd=2", "gdo=2"]
 
 
-def test_two_shard_jobs_share_gpu_1_at_the_same_time(slurm_cluster, tmp_path):
-    os.chmod(tmp_path, 0o777)
+def run_shard_pair_on_gpu_1(cluster, meeting_dir):
+    """Two ``shard:g1`` jobs on n2 that can only finish by meeting each other; return their ids."""
+    os.chmod(meeting_dir, 0o777)
     tag = uuid.uuid4().hex[:6]
     a, b = f"shA{tag}", f"shB{tag}"
     jobs = [
-        slurm_cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={a}"],
-                             RENDEZVOUS.format(dir=tmp_path, other=b)),
-        slurm_cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={b}"],
-                             RENDEZVOUS.format(dir=tmp_path, other=a)),
+        cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={a}"],
+                       RENDEZVOUS.format(dir=meeting_dir, other=b)),
+        cluster.sbatch(["-w", "n2", "--gres=shard:g1:1", f"--job-name={b}"],
+                       RENDEZVOUS.format(dir=meeting_dir, other=a)),
     ]
-    running = slurm_cluster.wait_jobs(jobs, states={"RUNNING", "COMPLETED"}, timeout=30)
+    running = cluster.wait_jobs(jobs, states={"RUNNING", "COMPLETED"}, timeout=30)
     assert set(running.values()) <= {"RUNNING", "COMPLETED"}
-    queued = {j.job_id: j for j in slurm_cluster.queue() if j.job_id in jobs}
+    queued = {j.job_id: j for j in cluster.queue() if j.job_id in jobs}
     for job in jobs:
         if job in queued and queued[job].state == "RUNNING":
             assert queued[job].shard_gpu_indices() == (1,)
             assert queued[job].gres_requested == [GresItem("shard", "g1", 1)]
-    final = slurm_cluster.wait_jobs(jobs)
-    assert set(final.values()) == {"COMPLETED"}
+    assert set(cluster.wait_jobs(jobs).values()) == {"COMPLETED"}
     for job in jobs:
-        assert slurm_cluster.job_output(job).split() == ["met", "gdo=1"]
+        assert cluster.job_output(job).split() == ["met", "gdo=1"]
+    return jobs
+
+
+def test_two_shard_jobs_share_gpu_1_at_the_same_time(slurm_cluster, tmp_path):
+    run_shard_pair_on_gpu_1(slurm_cluster, tmp_path)
 
 
 def test_live_sinfo_json_parses_into_typed_gpus_and_shards(slurm_cluster):
@@ -96,27 +102,31 @@ def test_logging_job_submit_lua_is_loaded_and_logs_each_submission(slurm_cluster
     assert re.search(rf"horus: submit name={name} uid=0 .*tres_per_node=gres:gpu:1", log)
 
 
-def test_replaced_job_submit_lua_is_picked_up_by_the_running_cluster(slurm_cluster, tmp_path):
-    word = uuid.uuid4().hex[:8]
-    lua = tmp_path / "job_submit.lua"
-    original = slurm_cluster.root / "etc" / "job_submit.lua"
-    lua.write_text(original.read_text().replace('"horus: submit ', f'"horus: {word} submit '))
-    slurm_cluster.install_job_submit(lua)
+def test_replaced_job_submit_lua_is_picked_up_even_twice_in_one_second(slurm_cluster, tmp_path):
+    original = (slurm_cluster.root / "etc" / "job_submit.lua").read_text()
+    log = slurm_cluster.root / "log" / "slurmctld.log"
+    held = []
     try:
-        job = slurm_cluster.sbatch(["--job-name=reloaded"])
-        slurm_cluster.wait_jobs([job])
-        assert f"horus: {word} submit name=reloaded" in (slurm_cluster.root / "log" / "slurmctld.log").read_text()
+        for round_ in range(2):  # the second copy lands within a second of the first one's load
+            word = uuid.uuid4().hex[:8]
+            lua = tmp_path / f"job_submit_{round_}.lua"
+            lua.write_text(original.replace('"horus: submit ', f'"horus: {word} submit '))
+            slurm_cluster.install_job_submit(lua)
+            held.append(slurm_cluster.sbatch([f"--job-name=reload{round_}", "--hold"]))
+            assert f"horus: {word} submit name=reload{round_}" in log.read_text()
     finally:
-        from slurm_horus.resources import resource_path
+        slurm_cluster.run(["scancel", *map(str, held)])
         slurm_cluster.install_job_submit(resource_path("job_submit_lua", "job_submit.lua"))
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_dir_below_a_private_directory_is_refused_with_the_reason(tmp_path):
     os.chmod(tmp_path, 0o700)
     with pytest.raises(InputError, match="not searchable by others"):
         LocalCluster(directory=tmp_path / "c", nodes=1, gpus=1).up()
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_broken_job_submit_lua_is_refused_before_anything_starts(tmp_path):
     bad = tmp_path / "job_submit.lua"
     bad.write_text("function slurm_job_submit(\n  this is not lua\n")
@@ -126,26 +136,37 @@ def test_broken_job_submit_lua_is_refused_before_anything_starts(tmp_path):
     assert cluster.daemons == []
 
 
-def test_sacct_json_shows_jobs_with_their_gres(slurm_cluster_dbd):
+def accounted(cluster, job_ids):
+    """sacct's records of ``job_ids`` once all are there (slurmctld hands them over a moment later)."""
+    deadline = time.monotonic() + 60
+    while True:
+        jobs = {j.job_id: j for j in cluster.accounting(job_ids)}
+        if len(jobs) == len(job_ids) and all(j.state == "COMPLETED" and j.end_time for j in jobs.values()):
+            return jobs
+        assert time.monotonic() < deadline, f"sacct did not record the jobs: {jobs}"
+        time.sleep(0.5)
+
+
+def test_sacct_json_shows_pinned_and_multi_gpu_jobs_with_their_gpus(slurm_cluster_dbd):
     c = slurm_cluster_dbd
     pinned = c.sbatch(["-w", "n3", "--gres=gpu:g2:1"], SHOW_GPUS)
     pair = c.sbatch(["--gres=gpu:2"], SHOW_GPUS)
-    shard = c.sbatch(["--gres=shard:g1:1"], SHOW_GPUS)
-    assert set(c.wait_jobs([pinned, pair, shard]).values()) == {"COMPLETED"}
-    deadline = time.monotonic() + 60
-    while True:  # slurmctld hands finished jobs to slurmdbd a moment later
-        jobs = {j.job_id: j for j in c.accounting([pinned, pair, shard])}
-        if len(jobs) == 3 and all(j.state == "COMPLETED" for j in jobs.values()):
-            break
-        assert time.monotonic() < deadline, f"sacct did not record the jobs: {jobs}"
-        time.sleep(0.5)
+    assert set(c.wait_jobs([pinned, pair]).values()) == {"COMPLETED"}
+    jobs = accounted(c, [pinned, pair])
     assert jobs[pinned].nodes == "n3" and jobs[pinned].gpu_indices() == (2,)
     assert jobs[pinned].gres_counts() == {"gpu": 1, "gpu:g2": 1}
     pair_gpus = jobs[pair].gpu_indices()
     assert len(pair_gpus) == 2 and jobs[pair].gres_counts()["gpu"] == 2
     assert c.job_output(pair).split()[1] == "job_gpus=" + ",".join(map(str, pair_gpus))
-    assert jobs[shard].gres_counts() == {"shard": 1}
-    assert c.job_output(shard).split()[3] == "gdo=1"
+
+
+def test_sacct_json_shows_the_shard_pair_sharing_one_node_at_once(slurm_cluster_dbd, tmp_path):
+    first, second = run_shard_pair_on_gpu_1(slurm_cluster_dbd, tmp_path)
+    jobs = accounted(slurm_cluster_dbd, [first, second])
+    for job in (first, second):
+        assert jobs[job].gres_counts() == {"shard": 1} and jobs[job].nodes == "n2"
+    # Accounting agrees they overlapped in time.
+    assert jobs[first].start_time <= jobs[second].end_time and jobs[second].start_time <= jobs[first].end_time
 
 
 @pytest.fixture
@@ -158,6 +179,7 @@ def cluster_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir):
     directory = cluster_dir
     up = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory), "--nodes", "2", "--gpus", "2"],
@@ -172,6 +194,8 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [
         "munged", "slurmctld", "slurmd-n1", "slurmd-n2"]
+    again = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory)], capture_output=True, text=True)
+    assert again.returncode == 2 and "already running" in again.stderr
     cluster = LocalCluster.attach(directory)
     jobs = [cluster.sbatch(["-w", node, "--gres=gpu:1"], "#!/bin/sh\nsleep 300\n") for node in ("n1", "n2")]
     cluster.wait_jobs(jobs, states={"RUNNING"}, timeout=30)
@@ -188,6 +212,7 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     assert stopped.returncode == 1 and "not running" in stopped.stdout
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_port_clash_picks_another_port():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -197,6 +222,31 @@ def test_port_clash_picks_another_port():
         try:
             cluster.up()
             assert port not in [cluster.ports["slurmctld"], *cluster.ports["slurmd"]]
+            assert cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
+        finally:
+            assert cluster.down() == []
+
+
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
+def test_daemon_losing_a_port_race_restarts_the_cluster_on_fresh_ports(monkeypatch):
+    real_pick = procs.pick_free_ports
+    calls = []
+
+    def pick_with_a_stolen_port(count, start=None, avoid=()):
+        ports = real_pick(count, start, avoid)
+        if not calls:  # first attempt: slurmctld is handed a port someone else holds
+            ports[0] = taken.getsockname()[1]
+        calls.append(ports)
+        return ports
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(procs, "pick_free_ports", pick_with_a_stolen_port)
+        cluster = LocalCluster(nodes=1, gpus=1)
+        try:
+            cluster.up()
+            assert len(calls) == 2 and cluster.ports["slurmctld"] == calls[1][0] != calls[0][0]
             assert cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
         finally:
             assert cluster.down() == []
@@ -246,6 +296,7 @@ def test_run_slurm_failure_carries_the_commands_message(slurm_cluster):
     assert str(info.value).startswith("scontrol failed (exit 1): ") and "Invalid job id" in str(info.value)
 
 
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_run_slurm_timeout_and_missing_program_are_clear_errors(tmp_path):
     # Without a readable slurm.conf a Slurm CLI retries for 60 s: the timeout must cut it short.
     with pytest.raises(SlurmCommandError, match="sinfo timed out after 1 s"):

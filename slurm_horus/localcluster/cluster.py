@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import HorusError, InputError
 from ..resources import resource_path
-from ..slurm.parse import parse_sacct, parse_sinfo, parse_squeue
+from ..slurm import queries
 from ..slurm.runner import SlurmCommandError, run_slurm
 from . import files, procs
 from .prereq import check_prerequisites, find_program
@@ -34,7 +34,11 @@ MUNGE_SOCKET_NAME = "munge.socket.2"
 MAX_SOCKET_PATH = 107
 PORT_ATTEMPTS = 4
 # Bump when what the golden DB holds changes (schema set-up, users), so old caches are not reused.
-GOLDEN_FORMAT = "golden-v1"
+GOLDEN_FORMAT = "golden-v3"
+# A throw-away DB: a small redo log keeps each cluster's copy (and the copying) small, and
+# durability is traded for speed (slurmdbd's schema set-up and TRES inserts commit a lot).
+MARIADB_SIZE_OPTIONS = ("--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
+                        "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0")
 TERMINAL_STATES = {
     "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
     "PREEMPTED", "TIMEOUT",
@@ -182,8 +186,7 @@ class LocalCluster:
             args.append(f"--output={self.layout.jobs}/slurm-%j.out")
         if not any(str(a).startswith(("--chdir", "-D")) for a in args):
             args.append(f"--chdir={self.layout.jobs}")
-        result = self.run(["sbatch", "--parsable", *args], input=script)
-        return int(result.stdout.strip().split(";")[0])
+        return queries.submit_batch(args, script, slurm_conf=self.slurm_conf)
 
     def job_output(self, job_id):
         return (self.layout.jobs / f"slurm-{job_id}.out").read_text()
@@ -214,22 +217,20 @@ class LocalCluster:
                            self.layout.log / "slurmctld.log", poll=0.1)
 
     def nodes_info(self):
-        return parse_sinfo(self.run(["sinfo", "--json"]).stdout)
+        return queries.sinfo(self.slurm_conf)
 
     def queue(self):
-        return parse_squeue(self.run(["squeue", "--json"]).stdout)
+        return queries.squeue(self.slurm_conf)
 
     def accounting(self, job_ids=None):
-        argv = ["sacct", "--json", "-a"]
-        if job_ids:
-            argv += ["-j", ",".join(str(j) for j in job_ids)]
-        return parse_sacct(self.run(argv).stdout)
+        return queries.sacct(job_ids, slurm_conf=self.slurm_conf)
 
     def install_job_submit(self, lua_file):
         """Validate ``lua_file`` and copy it beside slurm.conf as job_submit.lua.
 
-        slurmctld reloads the script when its mtime changes (1 s resolution), so a running cluster
-        picks the new file up at the next submission; the mtime is moved forward to make sure.
+        slurmctld reloads the script at the next submission when its mtime (whole seconds) is later
+        than the time it last loaded one, so the copy's mtime is set one second ahead: a file
+        replaced in the same second as the last load is still picked up.
         """
         validate_lua(lua_file)
         target = self.layout.etc / "job_submit.lua"
@@ -237,7 +238,7 @@ class LocalCluster:
         tmp = target.with_suffix(".lua.tmp")
         shutil.copyfile(lua_file, tmp)
         os.replace(tmp, target)
-        bumped = max(time.time(), previous + 1.0)
+        bumped = max(time.time() + 1.0, previous + 1.0)
         os.utime(target, (bumped, bumped))
         return target
 
@@ -386,8 +387,10 @@ class LocalCluster:
 
         def controller_up():
             self._check_alive("slurmctld", ctld, ctld_log)
-            result = self.run(["scontrol", "ping"], check=False, timeout=5)
-            return result.returncode == 0 and "UP" in result.stdout
+            if _log_says_port_in_use(ctld_log):  # it exits a moment later; whoever holds the port may hang us
+                raise PortClash("slurmctld: port in use")
+            result = self._poll(["scontrol", "ping"])
+            return result is not None and result.returncode == 0 and "UP" in result.stdout
 
         _wait_until(controller_up, timeout, "slurmctld to answer", ctld_log)
         for index, name in enumerate(self.node_names()):
@@ -399,6 +402,13 @@ class LocalCluster:
         self.timings["accounting_s"] = round(t_dbd - t0, 3)
         self.timings["slurm_s"] = round(time.monotonic() - t_dbd, 3)
 
+    def _poll(self, argv):
+        """One status query during start-up; None when it hangs (the daemon is not up yet)."""
+        try:
+            return self.run(argv, check=False, timeout=3)
+        except SlurmCommandError:
+            return None
+
     def _wait_nodes_idle(self, timeout):
         expected = set(self.node_names())
 
@@ -407,7 +417,9 @@ class LocalCluster:
                 if daemon["name"].startswith("slurmd-"):
                     self._check_alive(daemon["name"], daemon["pid"],
                                       self.layout.log / f"{daemon['name']}.log")
-            result = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=5)
+            result = self._poll(["sinfo", "-h", "-N", "-o", "%N %T"])
+            if result is None:
+                return False
             idle = {line.split()[0] for line in result.stdout.splitlines() if line.split()[1:] == ["idle"]}
             return idle >= expected
 
@@ -451,7 +463,7 @@ class LocalCluster:
         with open(log, "wb") as out:
             result = subprocess.run(
                 [installer, "--no-defaults", "--user=root", f"--datadir={self.layout.db_data}",
-                 "--auth-root-authentication-method=normal", "--skip-test-db"],
+                 "--auth-root-authentication-method=normal", "--skip-test-db", *MARIADB_SIZE_OPTIONS],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=120)
         if result.returncode != 0:
             raise ClusterError(f"mariadb-install-db failed (exit {result.returncode}); see {log}")
@@ -462,7 +474,7 @@ class LocalCluster:
         argv = [find_program("mariadbd"), "--no-defaults", "--user=root", f"--datadir={layout.db_data}",
                 f"--socket={layout.db_socket}", f"--port={self.ports['mariadb']}", "--bind-address=127.0.0.1",
                 f"--pid-file={layout.db / 'mysqld.pid'}", f"--log-error={log}",
-                "--innodb-buffer-pool-size=64M", "--innodb-lock-wait-timeout=900", "--skip-name-resolve"]
+                "--innodb-lock-wait-timeout=900", "--skip-name-resolve", *MARIADB_SIZE_OPTIONS]
         with open(layout.log / "mariadb.stdout", "ab") as out:
             child = subprocess.Popen(argv, env=self._daemon_env(), stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=out, start_new_session=True)
@@ -527,21 +539,23 @@ class LocalCluster:
                 self._children.remove(child)
 
     def cancel_all_jobs(self, timeout=60.0):
-        """scancel every job and wait until squeue lists none (finished jobs leave the list)."""
-        listed = self.run(["squeue", "-h", "-o", "%i"], check=False, timeout=10)
-        if listed.returncode != 0:
-            return False
-        job_ids = [j.strip() for j in listed.stdout.split() if j.strip()]
-        if job_ids:
-            self.run(["scancel", *job_ids], check=False, timeout=10)
+        """scancel every job and wait until squeue lists none (finished jobs leave the list).
 
-        def empty():
+        Returns False when the controller does not answer; the caller then stops daemons anyway.
+        """
+
+        def listed_jobs():
             result = self.run(["squeue", "-h", "-o", "%i"], check=False, timeout=10)
-            return result.returncode == 0 and not result.stdout.strip()
+            return result.stdout.split() if result.returncode == 0 else None
 
         try:
-            _wait_until(empty, timeout, "the queue to drain", poll=0.1)
-        except ClusterError:
+            job_ids = listed_jobs()
+            if job_ids is None:
+                return False
+            if job_ids:
+                self.run(["scancel", *job_ids], check=False, timeout=10)
+            _wait_until(lambda: listed_jobs() == [], timeout, "the queue to drain", poll=0.1)
+        except (ClusterError, SlurmCommandError):
             return False
         return True
 

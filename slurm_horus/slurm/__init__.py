@@ -6,10 +6,12 @@
 """
 
 from .gres import GresItem, parse_gres, parse_tres_gres
+from .queries import sacct, sinfo, squeue, submit_batch
 from .parse import AcctJob, NodeInfo, QueueJob, parse_sacct, parse_sinfo, parse_squeue
 from .runner import SlurmCommandError, run_slurm
 
 __all__ = [
     "AcctJob", "GresItem", "NodeInfo", "QueueJob", "SlurmCommandError", "parse_gres",
-    "parse_sacct", "parse_sinfo", "parse_squeue", "parse_tres_gres", "run_slurm",
+    "parse_sacct", "parse_sinfo", "parse_squeue", "parse_tres_gres", "run_slurm", "sacct", "sinfo",
+    "squeue", "submit_batch",
 ]
