@@ -4,6 +4,7 @@ reports and a refit, all through the ``horus`` command line."""
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -50,6 +51,23 @@ def submit(cluster, tmp_path, name, node, gres, seconds, util, partner="", exit_
     return cluster.sbatch(args, script)
 
 
+def wait_for_spool(path, proc, timeout=60):
+    deadline = time.time() + timeout
+    while True:
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        if path.exists():
+            conn = sqlite3.connect(path)
+            try:
+                if conn.execute("SELECT count(*) FROM batches").fetchone()[0]:
+                    return
+            except sqlite3.OperationalError:
+                pass
+            finally:
+                conn.close()
+        assert time.time() < deadline, f"collector never wrote {path}"
+        time.sleep(0.2)
+
+
 def sacct_view(cluster, job_ids):
     """What sacct says, through the cluster room's own (independent) parser."""
     return {j.job_id: j for j in cluster.accounting(job_ids)}
@@ -73,14 +91,18 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
         for node in cluster.node_names()
     ]
     try:
+        for node, proc in zip(cluster.node_names(), collectors):  # sampling before the jobs start
+            wait_for_spool(tmp_path / f"spool-{node}.db", proc)
         jobs = {
-            # solo runs give the baselines: alpha 3 s, beta 2 s
-            "alpha_solo": submit(cluster, tmp_path, f"a1{tag}", "n1", "gpu:g0:1", 3, 80, cls="alpha"),
-            "beta_solo": submit(cluster, tmp_path, f"b1{tag}", "n1", "gpu:g1:1", 2, 40, cls="beta"),
-            # alpha and beta share GPU 2 of n2 through shards and run slower
-            "alpha_shared": submit(cluster, tmp_path, f"a2{tag}", "n2", "shard:g2:1", 5, 70,
+            # solo runs give the baselines: alpha 5 s, beta 1 s
+            "alpha_solo": submit(cluster, tmp_path, f"a1{tag}", "n1", "gpu:g0:1", 5, 80, cls="alpha"),
+            "beta_solo": submit(cluster, tmp_path, f"b1{tag}", "n1", "gpu:g1:1", 1, 40, cls="beta"),
+            # alpha and beta share GPU 2 of n2 through shards and run slower: observed normalized
+            # throughputs near 0.8 (alpha) and 0.2 (beta), whatever the second-granular jitter, far
+            # from the 0.5 the model says for classes it has never seen
+            "alpha_shared": submit(cluster, tmp_path, f"a2{tag}", "n2", "shard:g2:1", 6, 70,
                                    partner=f"b2{tag}", cls="alpha"),
-            "beta_shared": submit(cluster, tmp_path, f"b2{tag}", "n2", "shard:g2:1", 3, 35,
+            "beta_shared": submit(cluster, tmp_path, f"b2{tag}", "n2", "shard:g2:1", 5, 35,
                                   partner=f"a2{tag}", cls="beta"),
             # holds GPUs 1 and 3 of n3, computes nothing on them
             "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 3, 0),
@@ -90,8 +112,8 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
     finally:
         for proc in collectors:
             proc.send_signal(signal.SIGTERM)
-        for proc in collectors:
-            proc.wait(timeout=30)
+        errors = [proc.communicate(timeout=30)[1].decode() for proc in collectors]
+    assert not any("Traceback" in e for e in errors), errors
     assert states[jobs["failed"]] == "FAILED" and states[jobs["alpha_shared"]] == "COMPLETED"
     for node in cluster.node_names():  # what the killed collectors had not shipped yet
         horus(["collect", "--ship", "--spool", str(tmp_path / f"spool-{node}.db")], history_env)

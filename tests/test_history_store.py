@@ -70,3 +70,15 @@ def test_a_file_that_is_not_a_database_is_an_error(tmp_path):
     path.write_text("not sqlite at all, just text" * 100)
     with pytest.raises(HorusError, match=str(path)):
         open_db(path)
+
+
+def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "race.db"
+    code = f"from slurm_horus.store.db import open_db; open_db({str(path)!r})"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE) for _ in range(6)]
+    errors = [p.communicate()[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, errors
+    assert schema_version(open_db(path)) == SCHEMA_VERSION

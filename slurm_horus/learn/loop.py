@@ -10,16 +10,16 @@ of the run (a short overlap says little). The per-process utilization while shar
 alongside (``util_shared`` / ``util_solo``) as a second, independent sign of interference.
 
 Refit: the chosen predictor (default ``chain``) is fitted on the built-in priors plus the local
-observations (and local solo profiles from the collector), stored in ``models`` with its error on the
+observations (and local solo profiles from the collector), stored in ``models`` (store/models.py, the newest row is in force) with its error on the
 local observations before (the previously active model, or priors only) and after.
 """
 
-import json
 import statistics
 import time
 from collections import defaultdict
 
 from ..store.db import transaction
+from ..store.models import load_model, save_model
 from ..store.queries import co_runs, jobs_since, sampled_gpus
 
 MIN_SHARED_FRACTION = 0.2
@@ -143,11 +143,11 @@ def local_profiles(db, default_gpu_type="v100"):
 
 
 def active_model(db):
-    """The active stored model (a fitted predictor) or None."""
+    """The model in force (the newest stored one) as a fitted predictor, or None."""
     from ..interference import model_from_dict
 
-    row = db.execute("SELECT params FROM models WHERE active = 1 ORDER BY model_id DESC LIMIT 1").fetchone()
-    return None if row is None else model_from_dict(json.loads(row[0]))
+    stored = load_model(db)
+    return None if stored is None else model_from_dict(stored[3])
 
 
 def refit(db, predictor="chain", default_gpu_type="v100", derive=True, now=None):
@@ -178,15 +178,9 @@ def refit(db, predictor="chain", default_gpu_type="v100", derive=True, now=None)
              "observed": round(o.norm_tput, 4), "before": round(float(b), 4), "after": round(float(a), 4)}
             for o, b, a in zip(observations, was, now_pred)
         ]
-    with transaction(db) as conn:
-        conn.execute("UPDATE models SET active = 0 WHERE active = 1")
-        cursor = conn.execute(
-            "INSERT INTO models (name, kind, created_at, n_observations, error_before, error_after, "
-            "active, params) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
-            [f"refit-{now}", predictor, now, len(observations),
-             result.get("before", {}).get("mae"), result.get("after", {}).get("mae"),
-             json.dumps(after_model.to_dict())])
-        result["model_id"] = cursor.lastrowid
+    result["model_id"] = save_model(
+        db, predictor, after_model.to_dict(), origin="refit", n_observations=len(observations),
+        error_before=result.get("before", {}).get("mae"), error_after=result.get("after", {}).get("mae"))
     return result
 
 

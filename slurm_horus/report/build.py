@@ -14,6 +14,7 @@ import json
 import time
 from collections import defaultdict
 
+from ..store.models import model_history
 from ..store.queries import co_runs, corunners_of, job_gpus, jobs_since, sampled_gpus
 
 IDLE_UTIL = 1.0
@@ -222,10 +223,7 @@ def cluster_report(db, since=None, until=None, bucket_s=3600, now=None):
     jobs = [j for j in jobs_since(db, since, until) if (j["n_gpus"] or j["shards"] or j["gpu_indices"])]
     pairs = co_runs(jobs, sampled_gpus(db), now)
     sharing = {job_id for pair in pairs for job_id in pair}
-    models = [dict(zip(("model_id", "name", "kind", "created_at", "n_observations", "error_before",
-                        "error_after", "active"), row))
-              for row in db.execute("SELECT model_id, name, kind, created_at, n_observations, error_before, "
-                                    "error_after, active FROM models ORDER BY model_id")]
+    models = model_history(db)
     states = dict(db.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
     return {
         "since": since, "until": until, "gpu_jobs": len(jobs), "shared_jobs": len(sharing),

@@ -76,9 +76,10 @@ def cluster_text(report):
                             for t in report["timeline"][-24:]]))
         lines.append("")
     if report["models"]:
-        lines.append(table(["model", "kind", "created", "observations", "MAE before", "MAE after", "active"],
-                           [[m["name"], m["kind"], when(m["created_at"]), m["n_observations"],
-                             m["error_before"], m["error_after"], m["active"]] for m in report["models"]]))
+        lines.append(table(["model", "predictor", "created", "origin", "observations", "MAE before",
+                            "MAE after"],
+                           [[m["id"], m["name"], m["created"], m["origin"], m["n_observations"],
+                             m["error_before"], m["error_after"]] for m in report["models"]]))
     return "\n".join(lines)
 
 
@@ -100,8 +101,9 @@ def _plots(kind, report):
             svg.line_chart([("mean GPU util %", [(t["t"], t["mean_gpu_util"]) for t in timeline]),
                             ("busy %", [(t["t"], 100 * t["busy_fraction"]) for t in timeline])],
                            y_max=100, y_label="%", title="Cluster utilization over time"),
-            svg.bar_chart([(m["name"][-10:] + " before", m["error_before"]) for m in report["models"][-3:]]
-                          + [(m["name"][-10:] + " after", m["error_after"]) for m in report["models"][-3:]],
+            svg.bar_chart([(label, m[key]) for m in report["models"][-3:] if m["origin"] == "refit"
+                           for label, key in ((f"#{m['id']} before", "error_before"),
+                                              (f"#{m['id']} after", "error_after"))],
                           title="Model error (MAE of normalized throughput) before/after refits",
                           y_label="MAE"),
         ]

@@ -1,7 +1,8 @@
 """The history database: one SQLite file, WAL mode, schema versioned by ``PRAGMA user_version``.
 
-Opening the database migrates it: each entry of :data:`MIGRATIONS` moves the schema one version up
-inside one transaction, so a crash mid-migration leaves the previous version intact. Only the head
+Opening the database migrates it: each entry of :data:`MIGRATIONS` moves the schema one version up,
+and all pending entries run in one transaction, so a crash mid-migration leaves the previous version
+intact and processes opening a new file at the same moment do not trip over each other. Only the head
 node writes this file (collectors spool locally and ship, see ``slurm_horus.collect``): SQLite over
 NFS from many writers is exactly what this layout avoids.
 """
@@ -139,15 +140,14 @@ CREATE TABLE observations (
 CREATE INDEX observations_pair ON observations (gpu_type, job_class, corunner_class);
 
 CREATE TABLE models (
-    model_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     name TEXT NOT NULL,
-    kind TEXT,
-    created_at INTEGER,
+    created TEXT NOT NULL,
+    json TEXT NOT NULL,
+    origin TEXT,
     n_observations INTEGER,
     error_before REAL,
-    error_after REAL,
-    active INTEGER DEFAULT 0,
-    params TEXT
+    error_after REAL
 );
 
 CREATE TABLE meta (
@@ -161,24 +161,27 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def _migrate(conn):
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        raise HorusError(
-            f"history database schema version {version} is newer than this slurm-horus "
-            f"understands ({SCHEMA_VERSION}); upgrade slurm-horus"
-        )
-    for target in range(version + 1, SCHEMA_VERSION + 1):
-        # executescript() would COMMIT first and run each statement on its own; an explicit
-        # transaction keeps one migration all-or-nothing.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
+    # executescript() would COMMIT first and run each statement on its own; one explicit transaction
+    # keeps the migration all-or-nothing. The version is read again under the write lock: several
+    # processes (collectors, ingest) may open a new file at the same moment.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise HorusError(
+                f"history database schema version {version} is newer than this slurm-horus "
+                f"understands ({SCHEMA_VERSION}); upgrade slurm-horus"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
             for statement in _statements(MIGRATIONS[target - 1]):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {target}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _statements(script):
