@@ -5,17 +5,7 @@ import pytest
 from slurm_horus.collect.ingest import write_rows
 from slurm_horus.learn.loop import active_model, derive_observations, gpu_type_from_name, refit
 from slurm_horus.store.db import open_db
-
-
-def job(job_id, cls, start, elapsed, gpu, node="n1", state="COMPLETED"):
-    return {"cluster": "lab", "job_id": job_id, "array_job_id": None, "array_task_id": None,
-            "name": cls, "user": "alice", "account": "ml", "partition": "gpu", "qos": "normal",
-            "state": state, "exit_code": 0, "exit_signal": None, "submit_time": start,
-            "start_time": start, "end_time": start + elapsed, "elapsed_s": elapsed,
-            "time_limit_min": 60, "nodes": node, "n_nodes": 1, "n_cpus": 1, "mem_mb": 250.0,
-            "n_gpus": 1, "gres_alloc": f"gpu:g{gpu}=1,gpu=1", "gres_req": None,
-            "gpu_indices": str(gpu), "shards": 0, "comment": f"class={cls}", "admin_comment": None,
-            "horus_id": None, "horus_tokens": None, "job_class": cls}
+from history_data import job
 
 
 @pytest.fixture

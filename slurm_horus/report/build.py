@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 
 from ..store.models import model_history
-from ..store.queries import co_runs, corunners_of, job_gpus, jobs_since, sampled_gpus
+from ..store.queries import co_runs, corunners_of, job_gpus, jobs_since, sampled_gpus, shared_gpu_seconds
 
 IDLE_UTIL = 1.0
 LOW_UTIL = 30.0
@@ -161,18 +161,19 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None):
     """GPU-hours allocated/used, mean utilization, GPU-hours saved by sharing, jobs hurt, per group.
 
     Allocated GPU-hours: elapsed x GPUs (a shard job counts its one GPU: it held a slice of it).
-    Used: allocated x mean SM utilization where the collector measured it. Saved: each co-run of two
-    jobs on one GPU saves half its overlap per job (the GPU would otherwise have been needed twice).
+    Used: allocated x mean SM utilization where the collector measured it. Saved: each GPU-second a
+    job shared with another job saves half a GPU-second for each (the GPU would otherwise have been
+    needed twice; with more than two sharers this undercounts).
     """
     now = int(now if now is not None else time.time())
     column = GROUP_COLUMNS[by]
-    jobs = [j for j in jobs_since(db, since, until) if (j["n_gpus"] or j["shards"] or j["gpu_indices"])]
+    fields = ("job_id", "start_time", "end_time", "nodes", "gpu_indices", "n_gpus", "shards", column)
+    jobs = [j for j in jobs_since(db, since, until, fields=fields) if (j["n_gpus"] or j["shards"] or j["gpu_indices"])]
     util = dict(db.execute("SELECT job_id, avg(sm_util) FROM job_gpu_use GROUP BY job_id").fetchall())
-    pairs = co_runs(jobs, sampled_gpus(db), now)
-    saved = defaultdict(float)
-    for (a, b), entry in pairs.items():
-        for job_id in (a, b):
-            saved[job_id] += entry["overlap_s"] * len(entry["gpus"]) / 2.0
+    # sacct's per-GPU types already say where indexed jobs ran; samples are needed for the others.
+    sampled = sampled_gpus(db, [j["job_id"] for j in jobs if not j["gpu_indices"]])
+    # A GPU-second held together with one other job counts half for each (one GPU did two jobs' work).
+    saved = {job_id: seconds / 2.0 for job_id, seconds in shared_gpu_seconds(jobs, sampled, now).items()}
     hurt = {row[0] for row in db.execute(
         "SELECT DISTINCT job_id FROM observations WHERE norm_tput < ?", [1.0 / slowdown_limit])}
     groups = {}

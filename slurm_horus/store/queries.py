@@ -6,17 +6,24 @@ Two jobs *co-ran* when they held the same GPU during overlapping time; the overl
 sacct's start/end times.
 """
 
+import heapq
 import re
 import time
 from collections import defaultdict
+from functools import lru_cache
 
 _BRACKET = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<body>[^\]]*)\](?P<suffix>.*)$")
 
 
 def expand_nodelist(text):
     """``n[1-3,5],gpu7`` -> [n1, n2, n3, n5, gpu7] (the hostlist forms sacct prints)."""
+    return list(_expand_nodelist(text or ""))
+
+
+@lru_cache(maxsize=4096)
+def _expand_nodelist(text):
     if not text:
-        return []
+        return ()
     names, depth, current = [], 0, ""
     parts = []
     for char in text:
@@ -41,11 +48,12 @@ def expand_nodelist(text):
                              for i in range(int(low), int(high) + 1))
             else:
                 names.append(f"{match.group('prefix')}{item}{match.group('suffix')}")
-    return names
+    return tuple(names)
 
 
+@lru_cache(maxsize=4096)
 def parse_indices(text):
-    return [int(x) for x in (text or "").split(",") if x.strip().isdigit()]
+    return tuple(int(x) for x in (text or "").split(",") if x.strip().isdigit())
 
 
 JOB_FIELDS = ("cluster", "job_id", "name", "user", "account", "partition", "state", "exit_code",
@@ -53,8 +61,8 @@ JOB_FIELDS = ("cluster", "job_id", "name", "user", "account", "partition", "stat
               "gpu_indices", "job_class", "horus_id", "horus_tokens", "submit_time")
 
 
-def jobs_since(db, since=None, until=None, where="", params=()):
-    """Job rows (dicts) that ran at some time in [since, until]."""
+def jobs_since(db, since=None, until=None, where="", params=(), fields=JOB_FIELDS):
+    """Job rows (dicts of ``fields``) that ran at some time in [since, until]."""
     clauses, args = ["start_time IS NOT NULL"], []
     if since is not None:
         clauses.append("(end_time IS NULL OR end_time >= ?)")
@@ -65,8 +73,8 @@ def jobs_since(db, since=None, until=None, where="", params=()):
     if where:
         clauses.append(where)
         args.extend(params)
-    sql = f"SELECT {', '.join(JOB_FIELDS)} FROM jobs WHERE {' AND '.join(clauses)}"
-    return [dict(zip(JOB_FIELDS, row)) for row in db.execute(sql, args)]
+    sql = f"SELECT {', '.join(fields)} FROM jobs WHERE {' AND '.join(clauses)}"
+    return [dict(zip(fields, row)) for row in db.execute(sql, args)]
 
 
 def sampled_gpus(db, job_ids=None):
@@ -90,18 +98,40 @@ def _chunks(items, size):
 def job_gpus(job, sampled=None):
     """The (node, index) pairs a job held: sacct's indices on each node, plus sampled ones."""
     pairs = set()
-    for node in expand_nodelist(job.get("nodes")):
-        for index in parse_indices(job.get("gpu_indices")):
+    indices = parse_indices(job.get("gpu_indices"))
+    for node in _expand_nodelist(job.get("nodes") or ""):
+        for index in indices:
             pairs.add((node, index))
     if sampled:
         pairs |= sampled.get(job["job_id"], set())
     return pairs
 
 
-def _interval(job, now):
-    start = job.get("start_time")
-    end = job.get("end_time") or now
-    return start, end
+def overlaps(jobs, sampled=None, now=None):
+    """Yield (gpu, job_id, other_job_id, overlap_s) for every two jobs that held one GPU at once.
+
+    One sweep per GPU over its jobs in start order, with a heap of the running ones by end time.
+    """
+    now = int(now if now is not None else time.time())
+    by_gpu = defaultdict(list)
+    for job in jobs:
+        start = job.get("start_time")
+        if start is None:
+            continue
+        span = (start, job.get("end_time") or now, job["job_id"])
+        for gpu in job_gpus(job, sampled):
+            by_gpu[gpu].append(span)
+    for gpu, spans in by_gpu.items():
+        spans.sort()
+        running = []  # heap of (end, job_id)
+        for start, end, job_id in spans:
+            while running and running[0][0] <= start:
+                heapq.heappop(running)
+            for other_end, other in running:
+                overlap = min(end, other_end) - start
+                if overlap > 0:
+                    yield gpu, job_id, other, overlap
+            heapq.heappush(running, (end, job_id))
 
 
 def co_runs(jobs, sampled=None, now=None):
@@ -110,30 +140,25 @@ def co_runs(jobs, sampled=None, now=None):
     Returns {(job_id_a, job_id_b): {"overlap_s": s, "gpus": {(node, index)}}} with a < b, overlap the
     largest per-GPU overlap (a multi-GPU pair overlaps on each GPU for the same time span).
     """
-    now = int(now if now is not None else time.time())
-    by_gpu = defaultdict(list)
-    for job in jobs:
-        if job.get("start_time") is None:
-            continue
-        for gpu in job_gpus(job, sampled):
-            by_gpu[gpu].append(job)
     pairs = {}
-    for gpu, holders in by_gpu.items():
-        holders.sort(key=lambda j: j["start_time"])
-        active = []
-        for job in holders:
-            start, end = _interval(job, now)
-            active = [other for other in active if _interval(other, now)[1] > start]
-            for other in active:
-                overlap = min(end, _interval(other, now)[1]) - start
-                if overlap <= 0:
-                    continue
-                key = tuple(sorted((job["job_id"], other["job_id"])))
-                entry = pairs.setdefault(key, {"overlap_s": 0, "gpus": set()})
-                entry["overlap_s"] = max(entry["overlap_s"], overlap)
-                entry["gpus"].add(gpu)
-            active.append(job)
+    for gpu, job_id, other, overlap in overlaps(jobs, sampled, now):
+        key = (job_id, other) if job_id < other else (other, job_id)
+        entry = pairs.get(key)
+        if entry is None:
+            entry = pairs[key] = {"overlap_s": 0, "gpus": set()}
+        if overlap > entry["overlap_s"]:
+            entry["overlap_s"] = overlap
+        entry["gpus"].add(gpu)
     return pairs
+
+
+def shared_gpu_seconds(jobs, sampled=None, now=None):
+    """{job_id: GPU-seconds during which another job held the same GPU} (summed over GPUs and partners)."""
+    shared = defaultdict(float)
+    for _, job_id, other, overlap in overlaps(jobs, sampled, now):
+        shared[job_id] += overlap
+        shared[other] += overlap
+    return shared
 
 
 def corunners_of(pairs):
