@@ -8,6 +8,7 @@ from slurm_horus.cli import main
 from slurm_horus.collect.ingest import write_rows
 from slurm_horus.collect.sampler import store_batches
 from slurm_horus.store.db import open_db
+from slurm_horus.store.decisions import record_decision
 from history_data import job
 
 
@@ -26,6 +27,9 @@ def db_path(tmp_path):
     busy, idle = job(1, "alpha", 1000, 100, 0), job(2, "beta", 1000, 100, 1)
     idle["user"] = "bob"
     pair = [job(3, "alpha", 2000, 160, 2), job(4, "beta", 2000, 160, 2)]
+    pair[0]["horus_id"] = "h-3"
+    record_decision(db, "h-3", job_class="alpha", mode="shared", nodes=["n1"], gpus={"n1": [2]},
+                    predicted_slowdown=1.25, corunners={"4": 1.3})
     write_rows(db, [busy, idle] + pair, [])
     store_batches(db, samples(1, 0, 1000, 100, 90, 12000) + samples(2, 1, 1000, 100, 0, 0)
                   + samples(3, 2, 2000, 160, 40, 2000, shared=1) + samples(4, 2, 2000, 160, 30, 1000, shared=1))
@@ -48,6 +52,7 @@ def test_job_report_flags_and_corunners(db_path, capsys):
     assert busy["flags"] == [] and busy["corunners"] == []
     code, out, _ = run(capsys, "report", "job", "3", "--db", str(db_path))
     assert "Co-runners:" in out and "\n4 " in out and "beta" in out
+    assert "predicted slowdown 1.25" in out
 
 
 def test_users_report_sums_gpu_hours_and_sharing(db_path, capsys):

@@ -14,6 +14,7 @@ import json
 import time
 from collections import defaultdict
 
+from ..store.decisions import decision
 from ..store.models import model_history
 from ..store.queries import co_runs, corunners_of, job_gpus, jobs_since, sampled_gpus, shared_gpu_seconds
 
@@ -79,10 +80,9 @@ def _observed(db, job_id):
 def _predicted_slowdown(db, job):
     """From the decision horus recorded, else a ``slowdown=``/``pred=`` horus token."""
     if job.get("horus_id"):
-        row = db.execute("SELECT predicted_slowdown FROM decisions WHERE decision_id = ?",
-                         [job["horus_id"]]).fetchone()
-        if row and row[0] is not None:
-            return row[0]
+        made = decision(db, job["horus_id"])
+        if made and made["predicted_slowdown"] is not None:
+            return made["predicted_slowdown"]
     tokens = json.loads(job["horus_tokens"]) if job.get("horus_tokens") else {}
     for key in ("slowdown", "pred", "predicted_slowdown"):
         try:
@@ -202,8 +202,9 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None):
     return {"by": by, "since": since, "until": until, "rows": rows}
 
 
-def cluster_report(db, since=None, until=None, bucket_s=3600, now=None):
-    """Utilization over time, sharing rate and model accuracy."""
+def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
+    """Utilization over time (``bucket_s`` buckets; default: about 120 over the sampled span, at least
+    a minute), sharing rate and model accuracy."""
     now = int(now if now is not None else time.time())
     clauses, args = [], []
     if since is not None:
@@ -213,6 +214,9 @@ def cluster_report(db, since=None, until=None, bucket_s=3600, now=None):
         clauses.append("ts <= ?")
         args.append(until)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    if bucket_s is None:
+        first, last = db.execute(f"SELECT min(ts), max(ts) FROM gpu_samples {where}", args).fetchone()
+        bucket_s = max(60, int(((last or 0) - (first or 0)) / 120) + 1)
     timeline = [
         {"t": int(row[0]), "mean_gpu_util": round(row[1], 1) if row[1] is not None else None,
          "gpus": row[2], "busy_fraction": round(row[3], 3)}
@@ -227,7 +231,7 @@ def cluster_report(db, since=None, until=None, bucket_s=3600, now=None):
     models = model_history(db)
     states = dict(db.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
     return {
-        "since": since, "until": until, "gpu_jobs": len(jobs), "shared_jobs": len(sharing),
+        "since": since, "until": until, "bucket_s": bucket_s, "gpu_jobs": len(jobs), "shared_jobs": len(sharing),
         "sharing_rate": round(len(sharing) / len(jobs), 3) if jobs else None,
         "states": states, "timeline": timeline, "models": models,
         "observations": db.execute("SELECT count(*) FROM observations").fetchone()[0],

@@ -71,7 +71,8 @@ def cluster_text(report):
              f"(sharing rate {_fmt(report['sharing_rate'])}), observations {report['observations']}",
              "States: " + ", ".join(f"{k} {v}" for k, v in sorted(report["states"].items())), ""]
     if report["timeline"]:
-        lines.append(table(["hour", "GPUs", "mean GPU util %", "busy fraction"],
+        lines.append(f"Utilization per {report['bucket_s']} s (last 24 buckets):")
+        lines.append(table(["from", "GPUs", "mean GPU util %", "busy fraction"],
                            [[when(t["t"]), t["gpus"], t["mean_gpu_util"], t["busy_fraction"]]
                             for t in report["timeline"][-24:]]))
         lines.append("")

@@ -7,7 +7,7 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 
 def line_chart(series, width=640, height=220, y_max=None, y_label="", x_is_time=True, title=""):
     """``series``: [(label, [(x, y), ...])]; None y values break the line. Returns an <svg> string."""
-    left, right, top, bottom = 48, 12, 24, 30
+    left, right, top, bottom = 48, 12, 40, 30
     points = [(x, y) for _, pts in series for x, y in pts if y is not None]
     if not points:
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">'
@@ -49,16 +49,19 @@ def line_chart(series, width=640, height=220, y_max=None, y_label="", x_is_time=
             pen_down = True
         if path:
             out.append(f'<path d="{" ".join(path)}" fill="none" stroke="{color}" stroke-width="1.5"/>')
-        legend_x = left + 8 + number * 120
-        out.append(f'<rect x="{legend_x}" y="{top + 2}" width="10" height="10" fill="{color}"/>')
-        out.append(f'<text x="{legend_x + 14}" y="{top + 11}">{escape(str(label))}</text>')
+        known = [(x, y) for x, y in pts if y is not None]
+        if len(known) <= 40:  # few points: mark them (a single point has no line at all)
+            out.extend(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}"/>' for x, y in known)
+        legend_x = left + number * 120  # legend row between the title and the plot
+        out.append(f'<rect x="{legend_x}" y="20" width="10" height="10" fill="{color}"/>')
+        out.append(f'<text x="{legend_x + 14}" y="29">{escape(str(label))}</text>')
     out.append("</svg>")
     return "".join(out)
 
 
 def bar_chart(items, width=640, height=220, title="", y_label=""):
     """``items``: [(label, value)] -> vertical bars."""
-    left, top, bottom = 48, 24, 40
+    left, top, bottom = 48, 36, 40
     values = [v for _, v in items if v is not None]
     top_value = max(values) if values else 1.0
     top_value = top_value or 1.0
