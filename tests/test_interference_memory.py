@@ -31,7 +31,7 @@ def test_three_jobs_over_memory_are_zero_although_every_pair_fits(name):
     profiles = [SoloProfile(f"j{i}-bs1", "v100", gpu_util=30, gmem_mb=6000) for i in range(3)]
     model = build_model(name, profiles, [])
     assert model.predict("j0-bs1", ["j1-bs1"], "v100") > 0
-    assert [a.norm_tput for a in predict_set(model, ["j0-bs1", "j1-bs1", "j2-bs1"], "v100")] == [0.0] * 3
+    assert predict_set(model, ["j0-bs1", "j1-bs1", "j2-bs1"], "v100") == [0.0] * 3
 
 
 def test_gpu_memory_override_makes_a_pair_fit():
@@ -57,3 +57,12 @@ def test_composition_never_beats_the_worst_pair_and_adding_a_job_never_helps(val
     together = compose_norm_tputs(values)
     assert 0.0 <= together <= min(values) + 1e-12
     assert compose_norm_tputs(values + [0.9]) <= together + 1e-12
+
+
+def test_a_class_without_any_evidence_is_not_declared_out_of_memory():
+    from slurm_horus.interference import builtin_priors
+
+    profiles, observations = builtin_priors()
+    model = build_model("chain", profiles + [SoloProfile("newcomer-bs8", "v100", solo_tput=5.0)], observations)
+    for other in ["a3c", "resnet50-bs128", "newcomer-bs8"]:
+        assert model.explain("newcomer-bs8", [other], "v100").source == "default"

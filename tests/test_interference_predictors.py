@@ -7,7 +7,8 @@ import pytest
 
 from interference_data import additive_world, observations_of
 from slurm_horus.interference import (
-    PREDICTORS, Observation, SoloProfile, build_model, compose_norm_tputs, model_from_dict, predict_set,
+    PREDICTORS, Observation, SoloProfile, build_model, compose_norm_tputs, explain_set, model_from_dict,
+    predict_set,
 )
 
 HIDDEN = {("job1-bs32", "job6-bs32"), ("job6-bs32", "job1-bs32"), ("job3-bs32", "job4-bs32"),
@@ -115,7 +116,8 @@ def test_chain_asks_measured_then_cf_then_utilization_then_default(world):
 
 def test_alone_is_full_speed(world):
     model = build_model("measured", world[1], world[3])
-    assert predict_set(model, ["job0-bs32"], "v100")[0].norm_tput == 1.0
+    assert predict_set(model, ["job0-bs32"], "v100") == [1.0]
+    assert explain_set(model, ["job0-bs32"], "v100")[0].source == "solo"
 
 
 @pytest.mark.parametrize("name", sorted(PREDICTORS))
@@ -153,8 +155,35 @@ def test_predict_set_composes_the_pair_predictions(world):
     names, profiles, truth, observations = world
     model = build_model("measured", profiles, observations)
     jobs = ["job0-bs32", "job2-bs32", "job5-bs32"]
-    answers = predict_set(model, jobs, "v100")
+    values = predict_set(model, jobs, "v100")
+    answers = explain_set(model, jobs, "v100")
     for i, job in enumerate(jobs):
         pairs = [truth[job, other] for other in jobs if other != job]
-        assert answers[i].norm_tput == pytest.approx(compose_norm_tputs(pairs))
+        assert values[i] == answers[i].norm_tput == pytest.approx(compose_norm_tputs(pairs))
         assert answers[i].source == "measured"
+
+
+def test_score_figures_on_known_values():
+    from slurm_horus.interference.evaluate import score
+
+    result = score([0.0, 0.5, 1.0, 0.0], [0.2, 0.5, 0.9, 0.0], ["cf", "measured", "default", "memory"])
+    assert result["mae"] == pytest.approx(0.3 / 4)
+    assert result["rmse"] == pytest.approx(np.sqrt(0.05 / 4))
+    assert result["spearman"] == pytest.approx(0.9486833, abs=1e-6)
+    assert result["infeasible_predicted_feasible"] == 0.5
+    assert result["coverage"] == 0.75
+
+
+@pytest.mark.parametrize("name", sorted(PREDICTORS))
+def test_no_data_at_all_gives_the_default(name):
+    answer = build_model(name, [], []).explain("a", ["b"], "v100")
+    assert (answer.norm_tput, answer.source) == (0.5, "default")
+
+
+def test_chain_order_is_an_option(world):
+    names, profiles, truth, observations = world
+    extra = [SoloProfile("solo-only-bs4", "v100", solo_tput=12.0)]  # no utilization, never co-located
+    default = build_model("chain", profiles + extra, observations)
+    longer = build_model("chain", profiles + extra, observations, order=("measured", "cf", "utilization", "mlp"))
+    assert default.explain("solo-only-bs4", ["job0-bs32"], "v100").source == "default"
+    assert longer.explain("solo-only-bs4", ["job0-bs32"], "v100").source == "mlp"

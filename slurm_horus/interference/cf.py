@@ -1,16 +1,20 @@
 """``cf``: collaborative filtering over (target class, co-runner class, GPU type) with side information.
 
-After IASP's formulation of interference prediction as a sparse recommendation problem: the known
-pairs are a few entries of a class x class matrix per GPU type, filled in by a low-rank model.
+The IASP family of predictors named in the project's issue: interference prediction as
+collaborative filtering (a recommendation problem), where the measured pairs are a few entries of
+a class x class matrix per GPU type and a low-rank model with side information fills in the rest.
 
 Model (fitted by L-BFGS on the feasible observations, squared error + L2):
 
-    x_g(t, c) = mu_g + b_t + b'_c + d_{g,t} + d'_{g,c} + s_g * <p_t, q_c> + w . phi_g(t, c)
+    x_g(t, c) = mu_g + b_t + b'_c + d_{g,t} + d'_{g,c} + s_g * <p_t + dp_{g,t}, q_c + dq_{g,c}>
+                + w . phi_g(t, c) + a_g . f_g(t) + a'_g . f_g(c)
 
 ``b, b', p, q`` are shared by all GPU types, so a GPU type with few observations borrows them and
-only learns its offset ``mu_g``, scale ``s_g`` and small per-class corrections ``d, d'`` (more strongly
-regularized). ``phi`` is the side information from the solo profiles (time-slicing baseline from
-GPU utilization, memory-bandwidth overlap, memory pressure; zero where unknown). A pair is covered
+learns its offset ``mu_g``, scale ``s_g`` and regularized per-class corrections ``d, dp, dq``; a
+well-observed GPU type uses those corrections to keep its own structure. ``f`` is per-class side
+information (see :func:`class_side`); ``phi`` is pair side information from the solo profiles
+(time-slicing baseline from GPU utilization, memory-bandwidth overlap, memory pressure; zero where
+unknown). A pair is covered
 when both classes were observed co-located on some GPU type.
 """
 
@@ -71,12 +75,13 @@ def class_side(profile_table, gpu_type):
 
 class CFPredictor(TablePredictor):
     name = "cf"
-    options = {"rank": 2, "reg": 1e-3, "reg_gpu": 3e-4, "seed": 0, "max_iter": 500}
+    options = {"rank": 6, "reg": 1e-3, "reg_gpu": 3e-4, "reg_factor": 1e-3, "seed": 0, "max_iter": 500}
 
     def _layout(self, gpus, count):
         rank = self.settings["rank"]
         shapes = [("mu", (gpus,)), ("scale", (gpus,)), ("bt", (count,)), ("bc", (count,)),
                   ("dt", (gpus, count)), ("dc", (gpus, count)), ("p", (count, rank)), ("q", (count, rank)),
+                  ("dp", (gpus, count, rank)), ("dq", (gpus, count, rank)),
                   ("w", (N_SIDE,)), ("at", (gpus, N_CLASS_SIDE)), ("ac", (gpus, N_CLASS_SIDE))]
         layout, start = [], 0
         for name, shape in shapes:
@@ -103,6 +108,10 @@ class CFPredictor(TablePredictor):
             mine = g == position
             features[mine] = phi(self._sides[gpu], t[mine], c[mine])
         self._layout_cache = self._layout(gpus, count)
+        self._gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_types)}
+        if not len(y):  # nothing observed co-located: cf covers no pair
+            self.params = self._unpack(np.zeros(self._layout_cache[1]))
+            return
         rng = np.random.default_rng(self.settings["seed"])
         start = np.zeros(self._layout_cache[1])
         init = self._unpack(start)
@@ -110,13 +119,16 @@ class CFPredictor(TablePredictor):
         init["scale"][:] = 1.0
         init["p"][:] = rng.normal(0, 0.1, init["p"].shape)
         init["q"][:] = rng.normal(0, 0.1, init["q"].shape)
-        reg, reg_gpu = self.settings["reg"], self.settings["reg_gpu"]
+        reg, reg_gpu, reg_factor = self.settings["reg"], self.settings["reg_gpu"], self.settings["reg_factor"]
         classes = np.stack([class_side(self.profile_table, gpu) for gpu in self.gpu_types])
+        penalties = [(reg, ("bt", "bc", "p", "q", "at", "ac")), (reg_gpu, ("dt", "dc")), (reg_factor, ("dp", "dq"))]
         n = max(len(y), 1)
 
         def loss(vector):
             v = self._unpack(vector)
-            inner = np.einsum("ij,ij->i", v["p"][t], v["q"][c])
+            pt = v["p"][t] + v["dp"][g, t]  # shared factors plus this GPU type's deviation
+            qc = v["q"][c] + v["dq"][g, c]
+            inner = np.einsum("ij,ij->i", pt, qc)
             pred = (v["mu"][g] + v["bt"][t] + v["bc"][c] + v["dt"][g, t] + v["dc"][g, c]
                     + v["scale"][g] * inner + features @ v["w"]
                     + np.einsum("ij,ij->i", classes[g, t], v["at"][g]) + np.einsum("ij,ij->i", classes[g, c], v["ac"][g]))
@@ -125,48 +137,50 @@ class CFPredictor(TablePredictor):
             d = self._unpack(grad)
             d["mu"][:] = np.bincount(g, r, gpus)
             d["scale"][:] = np.bincount(g, r * inner, gpus) + reg * (v["scale"] - 1.0)
-            d["bt"][:] = np.bincount(t, r, count) + reg * v["bt"]
-            d["bc"][:] = np.bincount(c, r, count) + reg * v["bc"]
-            d["dt"][:] = np.bincount(g * count + t, r, gpus * count).reshape(gpus, count) + reg_gpu * v["dt"]
-            d["dc"][:] = np.bincount(g * count + c, r, gpus * count).reshape(gpus, count) + reg_gpu * v["dc"]
-            weighted = (r * v["scale"][g])[:, None]
+            d["bt"][:] = np.bincount(t, r, count)
+            d["bc"][:] = np.bincount(c, r, count)
+            d["dt"][:] = np.bincount(g * count + t, r, gpus * count).reshape(gpus, count)
+            d["dc"][:] = np.bincount(g * count + c, r, gpus * count).reshape(gpus, count)
+            weighted = r * v["scale"][g]
             for k in range(v["p"].shape[1]):
-                d["p"][:, k] = np.bincount(t, weighted[:, 0] * v["q"][c, k], count)
-                d["q"][:, k] = np.bincount(c, weighted[:, 0] * v["p"][t, k], count)
-            d["p"] += reg * v["p"]
-            d["q"] += reg * v["q"]
+                d["p"][:, k] = np.bincount(t, weighted * qc[:, k], count)
+                d["q"][:, k] = np.bincount(c, weighted * pt[:, k], count)
+                d["dp"][:, :, k] = np.bincount(g * count + t, weighted * qc[:, k], gpus * count).reshape(gpus, count)
+                d["dq"][:, :, k] = np.bincount(g * count + c, weighted * pt[:, k], gpus * count).reshape(gpus, count)
             d["w"][:] = features.T @ r
             for k in range(N_CLASS_SIDE):
                 d["at"][:, k] = np.bincount(g, r * classes[g, t, k], gpus)
                 d["ac"][:, k] = np.bincount(g, r * classes[g, c, k], gpus)
-            d["at"] += reg * v["at"]
-            d["ac"] += reg * v["ac"]
-            value = 0.5 * n * np.sum(r * r) + 0.5 * reg * (
-                np.sum(v["bt"] ** 2) + np.sum(v["bc"] ** 2) + np.sum(v["p"] ** 2) + np.sum(v["q"] ** 2)
-                + np.sum((v["scale"] - 1.0) ** 2)) + 0.5 * reg_gpu * (np.sum(v["dt"] ** 2) + np.sum(v["dc"] ** 2)) \
-                + 0.5 * reg * (np.sum(v["at"] ** 2) + np.sum(v["ac"] ** 2))
+            value = 0.5 * n * np.sum(r * r) + 0.5 * reg * np.sum((v["scale"] - 1.0) ** 2)
+            for weight, names in penalties:
+                for name in names:
+                    d[name] += weight * v[name]
+                    value += 0.5 * weight * np.sum(v[name] ** 2)
             return value, grad
 
         result = minimize(loss, start, jac=True, method="L-BFGS-B",
                           options={"maxiter": self.settings["max_iter"]})
         self.params = self._unpack(result.x.copy())
-        self._gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_types)}
 
     def _pair_matrix(self, gpu_type):
         v, count = self.params, len(self.index)
+        if not self._seen.any():
+            return np.full((count, count), np.nan)
         position = self._gpu_position.get(gpu_type)
         if position is None:  # a GPU type never observed: shared terms, mean offset and scale
             mu, scale = v["mu"].mean(), v["scale"].mean()
             dt = dc = np.zeros(count)
+            p, q = v["p"], v["q"]
         else:
             mu, scale = v["mu"][position], v["scale"][position]
             dt, dc = v["dt"][position], v["dc"][position]
+            p, q = v["p"] + v["dp"][position], v["q"] + v["dq"][position]
         side = self._sides.get(gpu_type) or side_features(
             self.profile_table.features(gpu_type), self.memory.capacity_mb(gpu_type))
         t, c = np.meshgrid(np.arange(count), np.arange(count), indexing="ij")
         extra = (phi(side, t.ravel(), c.ravel()) @ v["w"]).reshape(count, count)
         values = (mu + (v["bt"] + dt)[:, None] + (v["bc"] + dc)[None, :]
-                  + scale * (v["p"] @ v["q"].T) + extra)
+                  + scale * (p @ q.T) + extra)
         side_of_class = class_side(self.profile_table, gpu_type)
         at = v["at"][position] if position is not None else v["at"].mean(axis=0)
         ac = v["ac"][position] if position is not None else v["ac"].mean(axis=0)

@@ -5,7 +5,7 @@ import json
 import click
 
 from ..errors import InputError
-from . import PREDICTORS, build_model, builtin_priors, load_observations_csv, load_profiles_csv, predict_set
+from . import PREDICTORS, build_model, builtin_priors, load_observations_csv, load_profiles_csv, explain_set
 from .evaluate import evaluate
 from .gpus import gpu_memory_mb, memory_from_profiles
 
@@ -102,7 +102,7 @@ def predict_command(target, corunners, gpu_type, profiles, observations, predict
     gpu_memory_mb(gpu_type, sizes)  # an unknown GPU type is an error, not a guess
     fitted = build_model(predictor, profile_rows, observation_rows, gpu_memory_mb=sizes)
     jobs = [target] + list(corunners)
-    answers = predict_set(fitted, jobs, gpu_type)
+    answers = explain_set(fitted, jobs, gpu_type)
     if as_json:
         click.echo(json.dumps({"gpu_type": gpu_type, "jobs": [
             {"job_class": job, "norm_tput": a.norm_tput, "source": a.source} for job, a in zip(jobs, answers)]}))

@@ -30,12 +30,17 @@ def build_model(name="chain", profiles=None, observations=None, gpu_memory_mb=No
     return model.fit(profiles or [], observations or [])
 
 
-def predict_set(model, classes, gpu_type):
-    """Per-job Predictions for a set of jobs sharing one GPU (any size; see compose_norm_tputs)."""
+def explain_set(model, classes, gpu_type):
+    """One Prediction (value and source) per job of a set sharing one GPU (see compose_norm_tputs)."""
     classes = list(classes)
     if len(classes) == 1:
         return [Prediction(1.0, "solo")]
     return [model.explain(job, classes[:i] + classes[i + 1:], gpu_type) for i, job in enumerate(classes)]
+
+
+def predict_set(model, classes, gpu_type):
+    """Normalized throughput of each job of a set sharing one GPU, in the order of ``classes``."""
+    return [answer.norm_tput for answer in explain_set(model, classes, gpu_type)]
 
 
 def model_from_dict(state):

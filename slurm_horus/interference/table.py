@@ -94,10 +94,12 @@ def infer_latent_memory(evidence, count, orderings=(), margin=0.05):
     ``evidence`` is a list of (class a, class b, failed, weight). Fits one unknown peak memory per
     class, in units of the GPU's memory, by a soft-margin linear program: a failed pair should sum
     to at least ``1 + margin``, a pair that ran to at most ``1 - margin``; each violation costs its
-    weight (the 0s are not all explained by memory), and among equally good fits the smallest
-    memories win, so a pair is only declared infeasible (summed memory above 1) when the evidence
-    pushes it there. ``orderings`` are (i, j) pairs with memory_i <= memory_j (same model, larger
-    batch). Returns the (count, count) boolean matrix of inferred infeasible pairs.
+    weight (the 0s are not all explained by memory). Many memories fit equally well; the midpoint
+    of the smallest and the largest such fit is used (smallest alone misses a third of the hidden
+    out-of-memory pairs of Gavel, largest alone turns many feasible pairs into 0s). A pair of
+    classes that both appear in the evidence is infeasible when their memories sum above 1.
+    ``orderings`` are (i, j) pairs with memory_i <= memory_j (same model, larger batch). Returns the
+    (count, count) boolean matrix of inferred infeasible pairs.
     """
     from scipy.optimize import linprog
 
@@ -115,13 +117,19 @@ def infer_latent_memory(evidence, count, orderings=(), margin=0.05):
         limits[k] = sign - margin
     for k, (small, large) in enumerate(orderings):
         rows[n + k, small], rows[n + k, large] = 1.0, -1.0
-    objective = np.concatenate([np.full(count, 1e-3), [weight for _, _, _, weight in evidence]])
-    result = linprog(objective, A_ub=rows, b_ub=limits, bounds=[(0.0, 2.0)] * count + [(0.0, None)] * n,
-                     method="highs")
-    if result.success:
-        memory = result.x[:count]
-        inferred = (memory[:, None] + memory[None, :]) > 1.0
-    return inferred
+    fits = []
+    for direction in (1.0, -1.0):  # the smallest, then the largest memories that fit equally well
+        objective = np.concatenate([np.full(count, direction * 1e-3), [weight for _, _, _, weight in evidence]])
+        result = linprog(objective, A_ub=rows, b_ub=limits, bounds=[(0.0, 2.0)] * count + [(0.0, None)] * n,
+                         method="highs")
+        if not result.success:
+            return inferred
+        fits.append(result.x[:count])
+    memory = (fits[0] + fits[1]) / 2.0
+    known = np.zeros(count, bool)  # a class without evidence has no fitted memory
+    for a, b, _, _ in evidence:
+        known[a] = known[b] = True
+    return ((memory[:, None] + memory[None, :]) > 1.0) & known[:, None] & known[None, :]
 
 
 class MemoryGuard:
@@ -202,13 +210,25 @@ class MemoryGuard:
 
     def set_infeasible(self, gpu_type, ids):
         """Whether the classes ``ids`` (-1 = unknown) cannot all share one GPU of ``gpu_type``."""
+        peaks, capacity = self._peaks(gpu_type)
         known = [i for i in ids if i >= 0]
-        peak = self.peak_mb(gpu_type)
-        total = float(np.nansum(peak[known])) if known else 0.0
-        if total > self.capacity_mb(gpu_type):
+        if sum(peaks[i] for i in known) > capacity:
             return True
-        bad = self.infeasible_matrix(gpu_type)
-        return any(bad[a, b] for n, a in enumerate(known) for b in known[n + 1:])
+        rows = self._infeasible_rows(gpu_type)
+        return any(rows[a][b] for n, a in enumerate(known) for b in known[n + 1:])
+
+    def _peaks(self, gpu_type):
+        cached = self._cache.get(("peaks", gpu_type))
+        if cached is None:
+            peaks = np.nan_to_num(self.peak_mb(gpu_type), nan=0.0).tolist()  # unknown counts as 0
+            cached = self._cache[("peaks", gpu_type)] = (peaks, self.capacity_mb(gpu_type))
+        return cached
+
+    def _infeasible_rows(self, gpu_type):
+        cached = self._cache.get(("rows", gpu_type))
+        if cached is None:
+            cached = self._cache[("rows", gpu_type)] = self.infeasible_matrix(gpu_type).tolist()
+        return cached
 
 
 class TablePredictor(Predictor):

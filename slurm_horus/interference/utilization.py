@@ -1,8 +1,9 @@
 """``utilization``: interference from solo utilization alone (Horus).
 
-Paper: Yeung, Friday, Elkhatib, "Horus: Interference-Aware and Prediction-Based Scheduling in Deep
-Learning Systems", IEEE TPDS 33(1), 2022. Horus predicts the slowdown of co-located DL jobs from
-their solo GPU utilization profile, so that a job never seen co-located can be placed.
+Paper: Yeung, Borowiec, Yang, Friday, Harper, Garraghan, "Horus: Interference-Aware and
+Prediction-Based Scheduling in Deep Learning Systems", IEEE TPDS 33(1):88-100, 2022. Horus uses a
+job's GPU utilization as the proxy that decides good co-location, so a job never seen co-located
+can be placed from its (measured or predicted) solo utilization.
 
 Rule used here: with solo GPU utilizations u_t, u_c and memory-controller utilizations m_t, m_c
 (fractions), the time-slicing baseline is ``1 / max(1, u_t + u_c)`` (the GPU cannot give more than
