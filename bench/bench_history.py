@@ -83,7 +83,7 @@ def main():
         "jobs": JOBS, "jobs_in_db": jobs_in_db, "ingest_s": round(ingest_s, 2),
         "ingest_jobs_per_s": round(JOBS / ingest_s), "ingest_goal_s": 60, "sacct_windows": result.windows,
         "generate_s_not_counted": round(source.generate_s, 2),
-        "reingest_new_jobs": again.jobs_new, "reingest_s": round(reingest_s, 2),
+        "incremental_rerun_new_jobs": again.jobs_new, "incremental_rerun_s": round(reingest_s, 2),
         "gpu_samples": SAMPLES, "report_users_s": round(report_s, 2), "report_goal_s": 5,
         "report_users_rows": len(rows), "db_mb": round(db_path.stat().st_size / 2 ** 20, 1),
         "ok": ingest_s <= 60 and report_s <= 5 and jobs_in_db == JOBS and again.jobs_new == 0,

@@ -69,7 +69,8 @@ def test_html_report_has_svg_plots(db_path, tmp_path, capsys):
     out_file = tmp_path / "job.html"
     code, _, _ = run(capsys, "report", "job", "3", "--db", str(db_path), "--html", str(out_file))
     html = out_file.read_text()
-    assert code == 0 and html.count("<svg") == 2 and "<path d=\"M" in html and "n1:2" in html
+    assert code == 0 and html.count("<svg") == 3 and "<path d=\"M" in html and "n1:2" in html
+    assert "3 (this job)" in html and "4 beta" in html  # the co-runner timeline
     code, _, _ = run(capsys, "report", "cluster", "--db", str(db_path), "--html", str(tmp_path / "c.html"))
     assert code == 0 and "<svg" in (tmp_path / "c.html").read_text()
 

@@ -135,6 +135,7 @@ def job_report(db, job_id, slowdown_limit=1.5, now=None):
         corunners.append({
             "job_id": other, "name": info["name"], "user": info["user"], "job_class": info["job_class"],
             "overlap_s": overlap, "gpus": sorted(f"{n}:{i}" for n, i in pairs[key]["gpus"]),
+            "start_time": info["start_time"], "end_time": info["end_time"],
             "observed_slowdown": round(1 / obs["norm_tput"], 3) if obs else None,
         })
     gpus = _gpu_usage(db, job_id)

@@ -86,7 +86,12 @@ def cluster_text(report):
 
 def _plots(kind, report):
     if kind == "job":
-        plots = []
+        job = report["job"]
+        plots = [svg.timeline_chart(
+            [(f"{job['job_id']} (this job)", job["start_time"], job["end_time"] or time.time())]
+            + [(f"{c['job_id']} {c['job_class'] or ''}", c["start_time"], c["end_time"] or time.time())
+               for c in report["corunners"]],
+            title="This job and its co-runners over time")]
         if report["gpus"]:
             plots.append(svg.line_chart(
                 [(f"{g['node']}:{g['gpu_index']}", [(p[0], p[1]) for p in g["series"]]) for g in report["gpus"]],

@@ -10,8 +10,7 @@ def line_chart(series, width=640, height=220, y_max=None, y_label="", x_is_time=
     left, right, top, bottom = 48, 12, 40, 30
     points = [(x, y) for _, pts in series for x, y in pts if y is not None]
     if not points:
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">'
-                f'<text x="{width // 2}" y="{height // 2}" text-anchor="middle" fill="#666">no samples</text></svg>')
+        return _empty(width, height, title)
     x_min = min(p[0] for p in points)
     x_max = max(p[0] for p in points)
     top_value = y_max if y_max is not None else max(p[1] for p in points) or 1.0
@@ -59,8 +58,16 @@ def line_chart(series, width=640, height=220, y_max=None, y_label="", x_is_time=
     return "".join(out)
 
 
+def _empty(width, height, title):
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'font-family="sans-serif" font-size="11"><text x="48" y="14" font-weight="bold">{escape(title)}</text>'
+            f'<text x="{width // 2}" y="{height // 2}" text-anchor="middle" fill="#666">no data</text></svg>')
+
+
 def bar_chart(items, width=640, height=220, title="", y_label=""):
     """``items``: [(label, value)] -> vertical bars."""
+    if not items:
+        return _empty(width, height, title)
     left, top, bottom = 48, 36, 40
     values = [v for _, v in items if v is not None]
     top_value = max(values) if values else 1.0
@@ -83,6 +90,34 @@ def bar_chart(items, width=640, height=220, title="", y_label=""):
                    f'{escape(str(label))[:12]}</text>')
         out.append(f'<text x="{x + slot * 0.35:.1f}" y="{top + plot_h - h - 3:.1f}" text-anchor="middle" '
                    f'fill="#444">{value:.3g}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def timeline_chart(rows, width=640, title=""):
+    """``rows``: [(label, start, end)] -> one horizontal bar per row on a shared time axis (Gantt)."""
+    rows = [r for r in rows if r[1] is not None and r[2] is not None]
+    if not rows:
+        return _empty(width, 80, title)
+    left, right, top, row_h = 110, 12, 24, 22
+    height = top + row_h * len(rows) + 24
+    t0 = min(r[1] for r in rows)
+    span = (max(r[2] for r in rows) - t0) or 1
+    plot_w = width - left - right
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" font-family="sans-serif" font-size="11">']
+    if title:
+        out.append(f'<text x="{left}" y="14" font-weight="bold">{escape(title)}</text>')
+    for number, (label, start, end) in enumerate(rows):
+        y = top + number * row_h
+        x = left + (start - t0) / span * plot_w
+        w = max(1.0, (end - start) / span * plot_w)
+        out.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{escape(str(label))}</text>')
+        out.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" '
+                   f'fill="{PALETTE[number % len(PALETTE)]}"><title>{escape(str(label))}: '
+                   f'{_duration(end - start)}</title></rect>')
+    out.append(f'<text x="{left}" y="{height - 6}" fill="#444">0</text>')
+    out.append(f'<text x="{left + plot_w}" y="{height - 6}" text-anchor="end" fill="#444">+{_duration(span)}</text>')
     out.append("</svg>")
     return "".join(out)
 
