@@ -19,6 +19,10 @@ SUBCOMMANDS = {
     "config": "slurm_horus.config_cli:config_command",
     "serve": "slurm_horus.service.cli:serve",
     "doctor": "slurm_horus.service.cli:doctor",
+    "collect": "slurm_horus.collect.cli:collect",
+    "ingest": "slurm_horus.collect.cli:ingest_command",
+    "report": "slurm_horus.report.cli:report",
+    "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",
 }
 

@@ -2,7 +2,7 @@
 
 The built-in table uses the common single-GPU size of each name; a site overrides any entry (or adds
 a GPU type) with ``--gpu-memory-mb TYPE=MB`` or a ``gpu_mem_mb`` column in profiles.csv. ``v100`` is
-the 16 GB card that Gavel's throughputs were measured on (AWS p3); a 32 GB V100 is ``v100-32gb``.
+the 16 GB card (assumed for Gavel's measurements); a 32 GB V100 is ``v100-32gb``.
 """
 
 from ..errors import InputError

@@ -19,6 +19,8 @@ from .cf import class_side
 from .table import TablePredictor, pair_observation_arrays
 
 SHRINK = 3.0  # pseudo-observations pulling a class's observed mean towards the overall mean
+# columns of a row (see _rows) holding the target's and the co-runner's (mean, confidence)
+TARGET_HISTORY, CORUNNER_HISTORY = slice(-5, -3), slice(-3, -1)
 
 
 class _Means:
@@ -31,17 +33,17 @@ class _Means:
         self.col_sum = np.bincount(c, y, count)
         self.col_n = np.bincount(c, minlength=count).astype(float)
 
-    def rows(self, t, leave_out=None):
-        s, n = self.row_sum[t], self.row_n[t]
+    def _shrunk(self, total, n, leave_out):
+        """(mean shrunk towards the prior, confidence 0..1 from the count), minus one's own row."""
         if leave_out is not None:
-            s, n = s - leave_out, n - 1
-        return (s + SHRINK * self.prior) / (n + SHRINK), np.minimum(n, 10) / 10.0
+            total, n = total - leave_out, n - 1
+        return (total + SHRINK * self.prior) / (n + SHRINK), np.minimum(n, 10) / 10.0
+
+    def rows(self, t, leave_out=None):
+        return self._shrunk(self.row_sum[t], self.row_n[t], leave_out)
 
     def cols(self, c, leave_out=None):
-        s, n = self.col_sum[c], self.col_n[c]
-        if leave_out is not None:
-            s, n = s - leave_out, n - 1
-        return (s + SHRINK * self.prior) / (n + SHRINK), np.minimum(n, 10) / 10.0
+        return self._shrunk(self.col_sum[c], self.col_n[c], leave_out)
 
 
 class MLPPredictor(TablePredictor):
@@ -88,7 +90,7 @@ class MLPPredictor(TablePredictor):
                 answers.append(y[mine])
                 # the same rows as if the target, the co-runner or both had no history, so the net
                 # also learns to answer from profiles alone (a new job class)
-                for hide in (slice(-5, -3), slice(-3, -1), slice(-5, -1)):
+                for hide in (TARGET_HISTORY, CORUNNER_HISTORY, slice(TARGET_HISTORY.start, CORUNNER_HISTORY.stop)):
                     unseen = rows.copy()
                     unseen[:, hide] = [prior, 0.0] * ((hide.stop - hide.start) // 2)
                     blocks.append(unseen)

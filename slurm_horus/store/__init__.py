@@ -1,1 +1,2 @@
-"""The SQLite history database: schema, reads and writes (sqlite-utils)."""
+"""SQLite history store: schema and migrations (db.py), shared reads (queries.py), fitted models
+(models.py), all through sqlite-utils."""

@@ -1,0 +1,255 @@
+"""Every NVML call of slurm-horus goes through this module.
+
+Two backends share one small interface (:class:`GpuBackend`):
+
+* :class:`PynvmlBackend`: the real one, ``pynvml`` from the ``nvidia-ml-py`` distribution. Each call
+  goes through :func:`nvml_call`, which turns NotSupported, NotFound, GPU-is-lost, no-permission and
+  a missing library into ``None`` (the nvitop way), so a GPU that falls off the bus or a driver that
+  lacks a query never crashes the collector.
+* :class:`StandinBackend`: synthetic devices for GPU-less machines (the tests and the local cluster).
+  Its processes are real processes of this machine: those whose environment carries
+  ``GPU_DEVICE_ORDINAL`` (set by Slurm for gpu and shard GRES, also on fake GPUs) and
+  ``HORUS_FAKE_GPU_UTIL`` (the synthetic SM utilization the fake job claims, 0..100) and, optionally,
+  ``HORUS_FAKE_GPU_MEM_MB``. GPU utilization is the sum of its processes' utilization, capped at 100.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from . import procfs
+
+
+@dataclass
+class GpuReading:
+    index: int
+    uuid: Optional[str]
+    name: Optional[str]
+    gpu_util: Optional[float]  # percent of time a kernel ran (NVML utilization.gpu)
+    mem_util: Optional[float]  # percent of time memory was read/written
+    mem_used_mb: Optional[float]
+    mem_total_mb: Optional[float]
+
+
+@dataclass
+class ProcessReading:
+    pid: int
+    used_mem_mb: Optional[float] = None
+    sm_util: Optional[float] = None
+    mem_util: Optional[float] = None
+
+
+class GpuBackend:
+    """What the sampler needs from NVML (or its stand-in)."""
+
+    name = "base"
+
+    def device_count(self) -> int:
+        raise NotImplementedError
+
+    def read_gpu(self, index) -> Optional[GpuReading]:
+        """One GPU's reading, or None when the GPU is gone."""
+        raise NotImplementedError
+
+    def processes(self, index) -> Optional[List[ProcessReading]]:
+        """Compute processes on the GPU with per-process utilization where NVML gives it."""
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+# --- the real NVML -------------------------------------------------------------------------------
+
+def _soft_errors(pynvml):
+    """NVML error classes that mean "no value" rather than "bug"."""
+    names = [
+        "NVMLError_NotSupported", "NVMLError_NotFound", "NVMLError_GpuIsLost",
+        "NVMLError_NoPermission", "NVMLError_FunctionNotFound", "NVMLError_Unknown",
+        "NVMLError_InvalidArgument", "NVMLError_Uninitialized", "NVMLError_LibraryNotFound",
+        "NVMLError_DriverNotLoaded",
+    ]
+    found = tuple(getattr(pynvml, name) for name in names if hasattr(pynvml, name))
+    return found or (pynvml.NVMLError,)
+
+
+def nvml_call(pynvml, function, *args, default=None):
+    """Call ``pynvml.<function>(*args)``; NotSupported/missing/lost -> ``default``. The choke point."""
+    func = getattr(pynvml, function, None)
+    if func is None:  # an older nvidia-ml-py without this query
+        return default
+    try:
+        return func(*args)
+    except _soft_errors(pynvml):
+        return default
+    except pynvml.NVMLError:
+        return default
+
+
+def _mb(value):
+    return None if value is None else value / (1024 * 1024)
+
+
+class PynvmlBackend(GpuBackend):
+    """NVML through pynvml; raises :class:`NvmlUnavailable` when no driver/library is there."""
+
+    name = "nvml"
+
+    def __init__(self):
+        try:
+            import pynvml
+        except ImportError as exc:
+            raise NvmlUnavailable(f"pynvml is not installed: {exc}") from None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML cannot start: {exc}") from None
+        self.nvml = pynvml
+        self._last_seen = {}  # index -> last process-utilization timestamp (microseconds)
+
+    def device_count(self):
+        return nvml_call(self.nvml, "nvmlDeviceGetCount", default=0)
+
+    def _handle(self, index):
+        return nvml_call(self.nvml, "nvmlDeviceGetHandleByIndex", index)
+
+    def read_gpu(self, index):
+        handle = self._handle(index)
+        if handle is None:
+            return None
+        util = nvml_call(self.nvml, "nvmlDeviceGetUtilizationRates", handle)
+        memory = nvml_call(self.nvml, "nvmlDeviceGetMemoryInfo", handle)
+        name = nvml_call(self.nvml, "nvmlDeviceGetName", handle)
+        uuid = nvml_call(self.nvml, "nvmlDeviceGetUUID", handle)
+        return GpuReading(
+            index=index,
+            uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
+            name=name.decode() if isinstance(name, bytes) else name,
+            gpu_util=None if util is None else float(util.gpu),
+            mem_util=None if util is None else float(util.memory),
+            mem_used_mb=None if memory is None else _mb(memory.used),
+            mem_total_mb=None if memory is None else _mb(memory.total),
+        )
+
+    def processes(self, index):
+        handle = self._handle(index)
+        if handle is None:
+            return None
+        running = nvml_call(self.nvml, "nvmlDeviceGetComputeRunningProcesses", handle, default=[])
+        readings = {}
+        for proc in running or []:
+            used = getattr(proc, "usedGpuMemory", None)
+            readings[proc.pid] = ProcessReading(pid=proc.pid, used_mem_mb=_mb(used) if used else None)
+        # Samples newer than the last call only; the mean over them is this interval's utilization.
+        samples = nvml_call(
+            self.nvml, "nvmlDeviceGetProcessUtilization", handle, self._last_seen.get(index, 0), default=[]
+        )
+        per_pid = {}
+        for sample in samples or []:
+            per_pid.setdefault(sample.pid, []).append(sample)
+            self._last_seen[index] = max(self._last_seen.get(index, 0), sample.timeStamp)
+        for pid, items in per_pid.items():
+            reading = readings.setdefault(pid, ProcessReading(pid=pid))
+            reading.sm_util = sum(s.smUtil for s in items) / len(items)
+            reading.mem_util = sum(s.memUtil for s in items) / len(items)
+        return list(readings.values())
+
+    def close(self):
+        nvml_call(self.nvml, "nvmlShutdown")
+
+
+class NvmlUnavailable(RuntimeError):
+    """No usable NVML on this machine."""
+
+
+# --- the stand-in ------------------------------------------------------------------------------
+
+FAKE_UTIL_VAR = "HORUS_FAKE_GPU_UTIL"
+FAKE_MEM_VAR = "HORUS_FAKE_GPU_MEM_MB"
+
+
+@dataclass
+class StandinBackend(GpuBackend):
+    """Synthetic GPUs whose processes are this machine's fake GPU job processes.
+
+    ``node`` / ``slurm_conf``: only job processes of this node and cluster count (several slurmd, even
+    several local clusters, share one host; see ``procfs.is_ours``). ``lost``: indices that behave like a GPU fallen off the bus.
+    ``extra_processes``: {index: [ProcessReading]} added as if NVML had reported them.
+    """
+
+    gpus: int = 4
+    node: Optional[str] = None
+    slurm_conf: Optional[str] = None
+    gpu_name: str = "Stand-in GPU"
+    mem_total_mb: float = 16384.0
+    lost: set = field(default_factory=set)
+    extra_processes: Dict[int, List[ProcessReading]] = field(default_factory=dict)
+    proc_root: str = "/proc"
+    name = "standin"
+
+    def device_count(self):
+        return self.gpus
+
+    def _fake_processes(self):
+        """{gpu index: [ProcessReading]} from the fake GPU jobs' environments."""
+        by_gpu = {}
+        for pid in procfs.list_pids(self.proc_root):
+            env = procfs.read_environ(pid, self.proc_root)
+            if not env or FAKE_UTIL_VAR not in env or "GPU_DEVICE_ORDINAL" not in env:
+                continue
+            if not procfs.is_ours(env, self.node, self.slurm_conf):
+                continue
+            # A job's children inherit the variables; only the topmost carrier is "the" GPU process.
+            parent_env = procfs.read_environ(procfs.parent_pid(pid, self.proc_root) or 0, self.proc_root)
+            if parent_env and parent_env.get(FAKE_UTIL_VAR) is not None and \
+                    parent_env.get("SLURM_JOB_ID") == env.get("SLURM_JOB_ID"):
+                continue
+            indices = procfs.parse_gpu_list(env["GPU_DEVICE_ORDINAL"])
+            util = _float(env.get(FAKE_UTIL_VAR))
+            mem = _float(env.get(FAKE_MEM_VAR))
+            for index in indices:
+                # A multi-GPU process spreads its claimed memory; utilization is per GPU.
+                by_gpu.setdefault(index, []).append(
+                    ProcessReading(pid=pid, used_mem_mb=None if mem is None else mem / len(indices),
+                                   sm_util=util, mem_util=None if util is None else util / 2)
+                )
+        return by_gpu
+
+    def read_gpu(self, index):
+        if index in self.lost or index >= self.gpus:
+            return None
+        procs = self.processes(index) or []
+        sm = [p.sm_util for p in procs if p.sm_util is not None]
+        mem = [p.used_mem_mb for p in procs if p.used_mem_mb is not None]
+        return GpuReading(
+            index=index, uuid=f"GPU-standin-{self.node or 'local'}-{index}", name=self.gpu_name,
+            gpu_util=min(100.0, sum(sm)), mem_util=min(100.0, sum(sm) / 2),
+            mem_used_mb=sum(mem), mem_total_mb=self.mem_total_mb,
+        )
+
+    def processes(self, index):
+        if index in self.lost or index >= self.gpus:
+            return None
+        procs = list(self._fake_processes().get(index, []))
+        procs.extend(self.extra_processes.get(index, []))
+        return procs
+
+
+def _float(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def open_backend(kind="auto", **standin_options):
+    """``nvml``, ``standin`` or ``auto`` (NVML when it starts, else the stand-in)."""
+    if kind == "standin":
+        return StandinBackend(**standin_options)
+    try:
+        return PynvmlBackend()
+    except NvmlUnavailable:
+        if kind == "nvml":
+            raise
+        return StandinBackend(**standin_options)
+
+

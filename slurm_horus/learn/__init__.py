@@ -1,0 +1,1 @@
+"""Learning from history: co-location observations and model refits (store + interference)."""

@@ -1,0 +1,1 @@
+"""Reports over the history store: terminal tables, JSON and HTML with SVG plots."""

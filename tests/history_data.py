@@ -1,0 +1,12 @@
+"""A made-up job row for the history tests (the columns `horus ingest` writes)."""
+
+
+def job(job_id, cls, start, elapsed, gpu, node="n1", state="COMPLETED"):
+    return {"cluster": "lab", "job_id": job_id, "array_job_id": None, "array_task_id": None,
+            "name": cls, "user": "alice", "account": "ml", "partition": "gpu", "qos": "normal",
+            "state": state, "exit_code": 0, "exit_signal": None, "submit_time": start,
+            "start_time": start, "end_time": start + elapsed, "elapsed_s": elapsed,
+            "time_limit_min": 60, "nodes": node, "n_nodes": 1, "n_cpus": 1, "mem_mb": 250.0,
+            "n_gpus": 1, "gres_alloc": f"gpu:g{gpu}=1,gpu=1", "gres_req": None,
+            "gpu_indices": str(gpu), "shards": 0, "comment": f"class={cls}", "admin_comment": None,
+            "horus_id": None, "horus_tokens": None, "job_class": cls}
