@@ -230,6 +230,7 @@ local function check_token_fields(reply)
   if reply.class and not string.match(reply.class, "^[%w%-_%.]+$") then return "bad class" end
   if reply.mode and not string.match(reply.mode, "^[%a]+$") then return "bad mode" end
   if reply.slowdown and not string.match(reply.slowdown, "^%d+%.?%d*$") then return "bad slowdown" end
+  if reply.gpulist and not string.match(reply.gpulist, "^[%w%-%.:+,]+$") then return "bad gpulist" end
   return nil
 end
 
@@ -249,8 +250,8 @@ function horus.parse_reply(line, conf)
 end
 
 -- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
--- admin_comment token horus:<id>:<mode>:<slowdown>:<class> (appended, never overwritten: jobstats
--- keeps its JS1: summary there; users cannot set admin_comment, so the token cannot be forged).
+-- admin_comment token (appended, never overwritten: jobstats keeps its JS1: summary there; users
+-- cannot set admin_comment, so the token cannot be forged).
 function horus.apply(job, reply)
   job.req_nodes = reply.nodes
   job.tres_per_node = reply.tres
@@ -260,12 +261,14 @@ function horus.apply(job, reply)
   return horus.append_token(job, reply)
 end
 
+-- horus:<id> mode=.. slowdown=.. class=.. [gpus=node:i+j] (slurm_horus/tokens.py reads it back)
 function horus.append_token(job, reply)
-  local token = "horus:" .. reply.id .. ":" .. (reply.mode or "exclusive") .. ":" .. (reply.slowdown or "1.00")
-    .. ":" .. (reply.class or "unknown")
+  local token = "horus:" .. reply.id .. " mode=" .. (reply.mode or "exclusive") .. " slowdown="
+    .. (reply.slowdown or "1.00") .. " class=" .. (reply.class or "unknown")
+  if reply.gpulist and reply.gpulist ~= "" then token = token .. " gpus=" .. reply.gpulist end
   local previous = job.admin_comment
   if previous ~= nil and previous ~= "" then
-    job.admin_comment = previous .. "," .. token
+    job.admin_comment = previous .. " " .. token
   else
     job.admin_comment = token
   end

@@ -19,6 +19,7 @@ from typing import Callable, Dict, List
 import click
 
 from .localcluster import LocalCluster
+from .tokens import parse_horus_tokens
 
 JOB_SCRIPT = """#!/bin/sh
 echo "node=$SLURMD_NODENAME job_gpus=${SLURM_JOB_GPUS:--} gpu_device_ordinal=${GPU_DEVICE_ORDINAL:--}"
@@ -127,7 +128,7 @@ def show_sharing(ctx):
         job = queue.get(job_id)
         if job is None:
             continue
-        token = re.search(r"horus:[^:]+:([a-z]+):([0-9.]+):([^,\s]+)", job.admin_comment or "")
+        decision_id, token = parse_horus_tokens(job.admin_comment)
         where = []
         for node, items in job.gres_by_node():
             for item in items:
@@ -135,9 +136,9 @@ def show_sharing(ctx):
                     where += [f"{node}:{index}" for index in item.indices]
         for gpu in where:
             by_gpu.setdefault(gpu, []).append(label)
-        job_class = token.group(3) if token else (re.sub(r"^class=", "", job.comment) or "unknown")
-        how = token.group(1) if token else ("user" if job.state == "RUNNING" else "-")
-        predicted = f"{float(token.group(2)):.2f}x" if token else "-"
+        job_class = token.get("class") or re.sub(r"^class=", "", job.comment) or "unknown"
+        how = token.get("mode") or ("user" if job.state == "RUNNING" else "-")
+        predicted = f"{float(token['slowdown']):.2f}x" if token.get("slowdown") else "-"
         ctx.echo(f"    {job_id:>4} {label:14} {job_class:22} {job.state:8} {','.join(where) or '-':9} "
                  f"{how:6} {predicted:>9}")
     shared = {gpu: labels for gpu, labels in by_gpu.items() if len(labels) > 1}

@@ -7,8 +7,9 @@ import pytest
 
 from slurm_horus.collect.ingest import FileSource, ingest, watermark
 from slurm_horus.collect.records import (
-    PARSABLE_DELIMITER, apply_exit_codes, job_rows_from_json, job_rows_from_parsable, parse_horus_tokens,
+    PARSABLE_DELIMITER, apply_exit_codes, job_rows_from_json, job_rows_from_parsable,
 )
+from slurm_horus.tokens import parse_horus_tokens
 from slurm_horus.errors import InputError
 from slurm_horus.store.db import open_db
 

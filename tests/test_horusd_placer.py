@@ -61,7 +61,7 @@ def test_ledger_entry_ends_when_squeue_shows_its_token():
     reply = ask(placer, "resnet50-bs64")
     gpu = int(reply["tres"].split(":g")[1].split(":")[0])
     seen = running(7, ",".join(reply["nodes"]), [f"shard:g{gpu}:1(IDX:{gpu})"],
-                   admin_comment=f"JS1:x,horus:{reply['id']}:shared:1.000:resnet50-bs64")
+                   admin_comment=f"JS1:x horus:{reply['id']} mode=shareable slowdown=1.000 class=resnet50-bs64")
     clock.now += 1
     placer.load_snapshot(Snapshot([node("n1"), node("n2")], [seen], taken_at=clock()))
     assert placer.ledger == {}
@@ -188,6 +188,7 @@ def test_confirm_returns_the_token_fields_to_the_same_user_only():
     reply = ask(placer, "resnet18-bs32", uid=1000)
     confirmed = placer.confirm({"id": reply["id"], "uid": 1000})
     assert confirmed == {"ok": True, "action": "confirm", "id": reply["id"], "mode": "shareable",
-                         "slowdown": reply["slowdown"], "class": "resnet18-bs32"}
+                         "slowdown": reply["slowdown"], "class": "resnet18-bs32", "gpulist": reply["gpulist"]}
+    assert reply["gpulist"] == f"{reply['nodes'][0]}:{reply['gpus'][reply['nodes'][0]][0]}"
     assert placer.confirm({"id": reply["id"], "uid": 1001})["action"] == "unchanged"
     assert placer.confirm({"id": "hnothere", "uid": 1000})["action"] == "unchanged"

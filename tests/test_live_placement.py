@@ -100,7 +100,8 @@ def test_job_lands_where_horusd_decided_and_sees_that_gpu(clean):
     job = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs64"], REPORT)
     wait_running(clean, [job])
     node, comment, held = detail(clean, job)
-    token = re.search(r"horus:(h[0-9a-f]+):(shareable|shared|exclusive):[0-9.]+:resnet50-bs64", comment)
+    token = re.search(r"horus:(h[0-9a-f]+) mode=(shareable|shared|exclusive) slowdown=[0-9.]+ class=resnet50-bs64 "
+                      r"gpus=n\d:\d", comment)
     assert token, comment
     decision_line = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
                      if "class=resnet50-bs64" in line and "action=place" in line][-1]
@@ -122,7 +123,7 @@ def test_complementary_pair_shares_one_gpu_through_shards(clean):
     node1, _, held1 = detail(clean, first)
     node2, comment2, held2 = detail(clean, second)
     assert (node1, held1["shard"]) == (node2, held2["shard"]) and len(held1["shard"]) == 1
-    assert ":shared:" in comment2
+    assert "mode=shared " in comment2
 
 
 def test_heavy_pair_is_kept_apart(clean):
@@ -148,7 +149,7 @@ def test_multi_gpu_job_pinned_to_one_node_and_one_switch(clean, gpu_option):
     job = clean.sbatch([gpu_option, "--comment=class=resnet50-bs64"], FILLER)
     wait_running(clean, [job])
     node, comment, held = detail(clean, job)
-    assert "horus:" in comment and ":exclusive:" in comment
+    assert "horus:" in comment and "mode=exclusive " in comment
     assert sorted(held["gpu"]) in ([0, 1], [2, 3]), held
     queue = {j.job_id: j for j in clean.queue()}
     assert queue[job].tres_per_node.count("gres:gpu:g") == 2
@@ -233,7 +234,7 @@ def test_horus_sbatch_asks_the_real_horusd_and_the_job_runs_where_it_said(clean,
     decided = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
                if "class=resnet18-bs32" in line and "action=place" in line][-1]
     # job_submit.lua had horusd confirm the decision horus-sbatch carried, and recorded its token
-    assert re.search(r"horus:h[0-9a-f]+:(shareable|shared):[0-9.]+:resnet18-bs32", comment), comment
+    assert re.search(r"horus:h[0-9a-f]+ mode=(shareable|shared) slowdown=[0-9.]+ class=resnet18-bs32", comment), comment
     assert "confirmed horus:" in (clean.root / "log" / "slurmctld.log").read_text()
     assert f"nodes={node} tres=gres:shard:g{held['shard'][0]}:1" in decided
     assert f"GDO={held['shard'][0]}" in wait_output(clean, job, "GDO=")

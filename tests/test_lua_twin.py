@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from slurm_horus.resources import resource_path
 from slurm_horus.service import lua_twin
+from slurm_horus.tokens import parse_horus_tokens
 
 lupa51 = pytest.importorskip("lupa.lua51")
 
@@ -157,6 +158,8 @@ def test_apply_twin(lua, job, admin_comment):
     job = dict(job, admin_comment=admin_comment) if admin_comment is not None else dict(job)
     reply = {"id": "h-9", "nodes": "n2", "tres": "gres:gpu:g1:1,gres:gpu:g2:1", "mode": "exclusive",
              "slowdown": "1.000", "class": "bert-bs8", "partition": "infer-lend"}
+    if admin_comment is None:
+        reply["gpulist"] = "n2:1+2"
     lua_job = to_lua(lua, job)
     lua_token = horus.apply(lua_job, to_lua(lua, reply))
     py_job = dict(job)
@@ -165,7 +168,11 @@ def test_apply_twin(lua, job, admin_comment):
     assert normalize(from_lua(lua_job)) == normalize(py_job)
     assert py_job["req_nodes"] == "n2" and py_job["partition"] == "infer-lend"
     if admin_comment:
-        assert py_job["admin_comment"] == "JS1:abc,horus:h-9:exclusive:1.000:bert-bs8"
+        assert py_job["admin_comment"] == "JS1:abc horus:h-9 mode=exclusive slowdown=1.000 class=bert-bs8"
+    expected = {"mode": "exclusive", "slowdown": "1.000", "class": "bert-bs8"}
+    if "gpulist" in reply:
+        expected["gpus"] = "n2:1+2"
+    assert parse_horus_tokens(py_job["admin_comment"]) == ("h-9", expected)
 
 
 def test_build_request_is_json_with_the_request(lua):
@@ -230,6 +237,8 @@ CONFIRMS = [
     ("ok=1;action=unchanged;reason=no decision h1a in the ledger", "h1a"),
     ("ok=1;action=confirm;id=h1a;mode=shared;slowdown=1.2x;class=lm-bs20", "h1a"),
     ("ok=1;action=confirm;id=h1a;mode=sh ared;slowdown=1.2;class=lm", "h1a"),
+    ("ok=1;action=confirm;id=h1a;mode=shared;slowdown=1.2;class=lm;gpulist=n1:0+1,n2:3", "h1a"),
+    ("ok=1;action=confirm;id=h1a;mode=shared;slowdown=1.2;class=lm;gpulist=n1 rm", "h1a"),
     ("ok=0;error=x", "h1a"),
     ("junk", "h1a"),
 ]
@@ -246,8 +255,11 @@ def test_parse_confirm_twin(lua, line, claimed):
 def test_parse_confirm_means_what_it_says():
     reply, why = lua_twin.parse_confirm(CONFIRMS[0][0], "h1a")
     job = {"admin_comment": "JS1:z"}
-    assert lua_twin.append_token(job, reply) == "horus:h1a:shareable:1.000:lm-bs20"
-    assert job["admin_comment"] == "JS1:z,horus:h1a:shareable:1.000:lm-bs20"
+    assert lua_twin.append_token(job, reply) == "horus:h1a mode=shareable slowdown=1.000 class=lm-bs20"
+    assert job["admin_comment"] == "JS1:z horus:h1a mode=shareable slowdown=1.000 class=lm-bs20"
+    shard = {"id": "h2", "mode": "shared", "slowdown": "1.100", "class": "a3c", "gpulist": "n3:2"}
+    assert parse_horus_tokens(lua_twin.append_token({}, shard)) == (
+        "h2", {"mode": "shared", "slowdown": "1.100", "class": "a3c", "gpus": "n3:2"})
     assert lua_twin.parse_confirm(CONFIRMS[1][0], "h2b") == (None, "confirmed another decision")
     assert lua_twin.parse_confirm(CONFIRMS[2][0], "h1a") == (None, "decision h1a not confirmed")
 

@@ -17,6 +17,7 @@ import re
 import time
 
 from ..errors import InputError
+from ..tokens import parse_horus_tokens
 
 TERMINAL_STATES = frozenset(
     ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
@@ -24,7 +25,6 @@ TERMINAL_STATES = frozenset(
 )
 
 _TYPED_INDEX = re.compile(r"^g(\d+)$")
-_TOKEN = re.compile(r"(?:^|\s)horus:(\S*)")
 
 JOB_COLUMNS = (
     "cluster", "job_id", "array_job_id", "array_task_id", "name", "user", "account", "partition",
@@ -36,34 +36,6 @@ STEP_COLUMNS = (
     "cluster", "job_id", "step_id", "name", "state", "exit_code", "exit_signal", "start_time",
     "end_time", "elapsed_s", "nodes", "tres_alloc",
 )
-
-
-def parse_horus_tokens(*texts):
-    """``horus:`` tokens of comments -> (decision id or None, {key: value}).
-
-    ``horus:h-1a2b class=resnet50-bs64 gpus=n3:2`` gives ``("h-1a2b", {"class": ..., "gpus": ...})``:
-    a bare ``horus:ID`` names the decision, ``horus:key=value`` and the ``key=value`` words that
-    follow a ``horus:`` token in the same comment are its fields.
-    """
-    decision_id, fields = None, {}
-    for text in texts:
-        if not text:
-            continue
-        match = _TOKEN.search(text)
-        if not match:
-            continue
-        words = text[match.start():].split()
-        for word in words:
-            if word.startswith("horus:"):
-                word = word[len("horus:"):]
-                if word and "=" not in word:
-                    decision_id = decision_id or word
-                    continue
-            if "=" in word:
-                key, value = word.split("=", 1)
-                if key:
-                    fields.setdefault(key, value)
-    return decision_id, fields
 
 
 _CLASS_WORD = re.compile(r"(?:^|[\s,;])class=([A-Za-z0-9._+-]+)")

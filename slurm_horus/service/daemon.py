@@ -23,16 +23,15 @@ from typing import Callable, Dict, List, Optional
 from ..placement.framework import SchedulingContext
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
+from ..tokens import gpu_list, parse_horus_tokens
 from .lua_twin import gpu_request
 
 log = logging.getLogger("horusd")
 
 UNKNOWN_CLASS = "unknown"
 RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
-_TOKEN = re.compile(r"horus:([A-Za-z0-9_-]+):")
 _CLASS_IN_COMMENT = re.compile(r"(?:^|[\s,;])(?:horus_)?class=([A-Za-z0-9_.\-]+)")
 _SAFE_CLASS = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_GPU_TYPE_FEATURE = re.compile(r"^(?:gpu_)?([a-z]+[0-9]+[a-z0-9]*)$")
 
 
 def job_class_of(message):
@@ -125,9 +124,9 @@ class Placer:
         seen_tokens = set()
         pending = pending_gpus = 0
         for job in snapshot.jobs:
-            token = _TOKEN.search(job.admin_comment or "")
-            if token:
-                seen_tokens.add(token.group(1))
+            decision_id, _fields = parse_horus_tokens(job.admin_comment)
+            if decision_id:
+                seen_tokens.add(decision_id)
             if job.state == "PENDING":
                 pending += 1
                 pending_gpus += sum(item.count for item in job.gres_requested if item.name == "gpu")
@@ -165,16 +164,15 @@ class Placer:
         if not gpus:
             return None
         holds_whole_gpu = any(item.name == "gpu" and item.count > 0 for _n, items in job.gres_by_node() for item in items)
-        decision = _TOKEN.search(job.admin_comment or "")
-        job_class = self._class_of_running(job, decision.group(1) if decision else None)
+        job_class = self._class_of_running(job)
         end = float(job.end_time) if job.end_time else now + 3600.0
         return RunningJob(str(job.job_id), job_class, tuple(sorted(set(gpus))), float(job.start_time or now),
                           end, exclusive=holds_whole_gpu, user=job.user, partition=job.partition)
 
-    def _class_of_running(self, job, decision_id):
-        token_class = re.search(r"horus:[A-Za-z0-9_-]+:[a-z]+:[0-9.]+:([A-Za-z0-9_.\-]+)", job.admin_comment or "")
-        if token_class:
-            return token_class.group(1)
+    def _class_of_running(self, job):
+        _decision_id, fields = parse_horus_tokens(job.admin_comment)
+        if fields.get("class") and _SAFE_CLASS.match(fields["class"]):
+            return fields["class"]
         return job_class_of({"comment": job.comment})
 
     # ---- decisions ------------------------------------------------------------------------------
@@ -227,7 +225,7 @@ class Placer:
                 state.place(running)
                 self.ledger[decision_id] = LedgerEntry(
                     decision_id, running, self.clock() + self.ledger_ttl_s, uid=_int_or_none(message.get("uid")),
-                    token_fields={k: reply[k] for k in ("mode", "slowdown", "class")})
+                    token_fields={k: reply[k] for k in ("mode", "slowdown", "class", "gpulist")})
                 self.decisions += 1
             return reply
 
@@ -275,7 +273,7 @@ class Placer:
         return {
             "ok": True, "action": "place", "id": decision_id, "decision_id": decision_id,
             # tres: job_desc's tres_per_node (job_submit.lua); gres: the same as sbatch --gres
-            "nodes": list(decision.nodes), "gpus": node_gpus, "tres": tres,
+            "nodes": list(decision.nodes), "gpus": node_gpus, "gpulist": gpu_list(node_gpus), "tres": tres,
             "gres": ",".join(item[len("gres:"):] for item in tres.split(",")), "job_class": job_class,
             "binding": binding_used, "mode": mode, "class": job_class,
             "slowdown": round(decision.predicted_slowdown, 3),

@@ -160,6 +160,8 @@ def _check_token_fields(reply):
         return "bad mode"
     if "slowdown" in reply and not re.match(r"^[0-9]+\.?[0-9]*\Z", reply["slowdown"]):
         return "bad slowdown"
+    if "gpulist" in reply and not re.match(r"^[A-Za-z0-9\-.:+,]+\Z", reply["gpulist"]):
+        return "bad gpulist"
     return None
 
 
@@ -216,10 +218,12 @@ def apply(job, reply):
 
 
 def append_token(job, reply):
-    token = "horus:%s:%s:%s:%s" % (reply["id"], reply.get("mode", "exclusive"), reply.get("slowdown", "1.00"),
-                                   reply.get("class", "unknown"))
+    token = "horus:%s mode=%s slowdown=%s class=%s" % (reply["id"], reply.get("mode", "exclusive"),
+                                                       reply.get("slowdown", "1.00"), reply.get("class", "unknown"))
+    if reply.get("gpulist"):
+        token += " gpus=" + reply["gpulist"]
     previous = job.get("admin_comment")
-    job["admin_comment"] = previous + "," + token if previous else token
+    job["admin_comment"] = previous + " " + token if previous else token
     return token
 
 

@@ -1,0 +1,48 @@
+"""The ``horus:`` token a decision leaves in a job's AdminComment (and how to read it back).
+
+job_submit.lua appends, separated by a space (never overwriting: jobstats keeps its ``JS1:``
+summary there)::
+
+    horus:<decision id> mode=<shared|shareable|exclusive> slowdown=<predicted> class=<job class> [gpus=<node>:<i>+<j>,...]
+
+``gpus=`` is there for shard jobs, whose GPU index sacct does not record. The Lua writes it
+(``append_token`` in job_submit.lua, twin in service/lua_twin.py); horusd, the ingest, the reports
+and the demo read it with :func:`parse_horus_tokens`. Pure functions, no imports from the rooms.
+"""
+
+import re
+
+_TOKEN = re.compile(r"(?:^|[\s,])horus:(\S*)")
+
+
+def parse_horus_tokens(*texts):
+    """``horus:`` tokens of comments -> (decision id or None, {key: value}).
+
+    ``horus:h-1a2b class=resnet50-bs64 gpus=n3:2`` gives ``("h-1a2b", {"class": ..., "gpus": ...})``:
+    a bare ``horus:ID`` names the decision, ``horus:key=value`` and the ``key=value`` words that
+    follow a ``horus:`` token in the same comment are its fields (the first value of a key wins).
+    """
+    decision_id, fields = None, {}
+    for text in texts:
+        if not text:
+            continue
+        match = _TOKEN.search(text)
+        if not match:
+            continue
+        words = text[match.start():].replace(",horus:", " horus:").split()
+        for word in words:
+            if word.startswith("horus:"):
+                word = word[len("horus:"):]
+                if word and "=" not in word:
+                    decision_id = decision_id or word
+                    continue
+            if "=" in word:
+                key, value = word.split("=", 1)
+                if key:
+                    fields.setdefault(key, value)
+    return decision_id, fields
+
+
+def gpu_list(gpus):
+    """{node: [indices]} -> ``n1:0+1,n2:3`` (the ``gpus=`` field)."""
+    return ",".join(f"{node}:{'+'.join(str(i) for i in sorted(indices))}" for node, indices in sorted(gpus.items()))
