@@ -77,6 +77,8 @@ SETTINGS = {
         Setting("timeout_ms", _parse_positive_float, 100.0,
                 "how long job_submit.lua and horus-sbatch wait for horusd"),
         Setting("refresh_s", _parse_positive_float, 2.0, "how often horusd re-reads sinfo/squeue"),
+        Setting("refit_s", float, 3600.0,
+                "horusd refits the model from the history database this often (seconds; 0: never)"),
         Setting("max_jobs_per_gpu", int, 2, "most jobs that may share one GPU"),
         Setting("slowdown_limit", _parse_positive_float, 1.5,
                 "largest predicted slowdown a job may be given by sharing"),

@@ -54,7 +54,7 @@ def detail(cluster, job_id):
         for part in idx.split(","):
             low, _, high = part.partition("-")
             held[name].extend(range(int(low), int(high or low) + 1))
-    comment = re.search(r"AdminComment=(\S*)", text)
+    comment = re.search(r"AdminComment=(.*?)\s*$", text, re.M)  # the token holds spaces
     return (node.group(1) if node else None), (comment.group(1) if comment else ""), held
 
 
@@ -317,3 +317,28 @@ def test_doctor_passes_the_local_cluster_and_names_what_is_wrong(horus_cluster, 
     for expected in ("JobSubmitPlugins does not include lua", "no DefMemPerCPU", "AutoDetect=nvml",
                      "does not compile", "horusd socket not found"):
         assert expected in bad.stdout, bad.stdout
+
+
+def test_decisions_land_in_the_history_database_and_a_stored_model_is_used_after_reload(clean):
+    from slurm_horus.interference import build_model
+    from slurm_horus.store.db import open_db
+    from slurm_horus.store.decisions import decision
+    from slurm_horus.store.models import save_model
+
+    job = clean.sbatch(["--gres=gpu:1", "--comment=class=transformer-bs32"], FILLER)
+    wait_running(clean, [job])
+    _, comment, _ = detail(clean, job)
+    decision_id = re.search(r"horus:(\S+)", comment).group(1)
+    db = open_db(clean.root / "horus.db")
+    deadline = time.monotonic() + 10
+    while decision(db, decision_id) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stored = decision(db, decision_id)
+    assert stored["job_class"] == "transformer-bs32" and stored["policy"] == "horus"
+    model_id = save_model(db, "chain", build_model("chain").to_dict(), origin="test")
+    assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60) == {"ok": True, "reloaded": True}
+    deadline = time.monotonic() + 10
+    log = clean.root / "log" / "horusd.log"
+    while f"using stored model {model_id} " not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert f"using stored model {model_id} (chain" in log.read_text()

@@ -18,6 +18,7 @@ from ..placement.policies import PolicyModels, make_policy
 from ..slurm.parse import parse_sinfo, parse_squeue
 from ..slurm.runner import run_slurm
 from .daemon import Placer, Snapshot, unchanged
+from .history import History
 from .server import Frontend
 
 log = logging.getLogger("horusd")
@@ -56,8 +57,9 @@ class SlurmReader:
         return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features)
 
 
-def build_placer(config, predictor_factory=None):
-    """A Placer for the site config; the model defaults to the built-in priors (plus a refit one)."""
+def build_placer(config, predictor_factory=None, history=None):
+    """A Placer for the site config. Models: the newest one stored in the history database when it
+    is of the kind a policy asks for (a refit learned the site's own pairs), else the built-in priors."""
     from ..interference import build_model, gpu_memory_mb
 
     cache = {}
@@ -66,7 +68,7 @@ def build_placer(config, predictor_factory=None):
         if predictor_factory is not None:
             return predictor_factory(kind)
         if kind not in cache:
-            cache[kind] = build_model(kind)
+            cache[kind] = (history.active_model(kind) if history is not None else None) or build_model(kind)
         return cache[kind]
 
     placer_classes = None
@@ -87,7 +89,9 @@ class Horusd:
         self.config = config
         self.reader = reader or SlurmReader()
         self.predictor_factory = predictor_factory
-        self.placer = build_placer(config, predictor_factory)
+        self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
+                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start())
+        self.placer = build_placer(config, predictor_factory, self.history)
         self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None)
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
@@ -115,6 +119,7 @@ class Horusd:
         started = time.perf_counter()
         reply = placer.place(message)
         elapsed_ms = (time.perf_counter() - started) * 1000
+        self.history.record(message, reply)
         log.info("horus: decision user=%s class=%s action=%s nodes=%s tres=%s slowdown=%s in %.2f ms: %s",
                  message.get("user"), reply.get("class"), reply.get("action"), ",".join(reply.get("nodes") or ()),
                  reply.get("tres"), reply.get("slowdown"), elapsed_ms, reply.get("reason"))
@@ -148,7 +153,7 @@ class Horusd:
     def reload(self):
         """Re-read the site file and model; swap them in without dropping requests."""
         config = load_config()
-        placer = build_placer(config, self.predictor_factory)
+        placer = build_placer(config, self.predictor_factory, self.history)
         old = self.placer
         placer.on_left_to_slurm = self.wake.set
         with old.lock:
@@ -169,6 +174,7 @@ class Horusd:
             self.refresh_once()
         except Exception as exc:
             log.warning("horus: first refresh failed, answering 'unchanged' until Slurm answers: %s", exc)
+        self.history.start()
         self.frontend.start()
         self._refresher = threading.Thread(target=self._refresh_loop, daemon=True)
         self._refresher.start()
@@ -178,6 +184,7 @@ class Horusd:
     def stop(self):
         self.stopping.set()
         self.wake.set()
+        self.history.stop()
         self.frontend.stop()
 
     def serve_forever(self):

@@ -1,0 +1,117 @@
+"""horusd's link to the history database: record decisions, load the model in force, refit on a timer.
+
+Nothing here runs on the decision path: decisions are queued and written by one background thread
+(SQLite connections stay in the thread that opened them), and a database that cannot be opened only
+costs a warning — horusd goes on deciding with the built-in priors.
+"""
+
+import logging
+import queue
+import threading
+import time
+
+log = logging.getLogger("horusd")
+
+_STOP = object()
+
+
+class History:
+    def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None):
+        self.db_path = db_path
+        self.refit_s = refit_s
+        self.gpu_type = gpu_type
+        self.on_refit = on_refit  # called after a refit stored a new model (horusd reloads)
+        self.pending = queue.Queue(maxsize=10000)
+        self.recorded = 0
+        self.failed = False
+        self._thread = None
+        self._stopping = threading.Event()
+
+    # ---- the model in force ---------------------------------------------------------------------
+    def active_model(self, kind):
+        """The newest stored model if it is of predictor ``kind``, else None (use the priors)."""
+        try:
+            from ..interference import model_from_dict
+            from ..store.db import open_db
+            from ..store.models import load_model
+
+            stored = load_model(open_db(self.db_path))
+        except Exception as exc:  # a broken or unreadable DB must not stop horusd
+            log.warning("horus: cannot read models from %s (%s); using the built-in priors", self.db_path, exc)
+            return None
+        if stored is None or stored[1] != kind:
+            return None
+        model_id, name, created, state = stored
+        log.info("horus: using stored model %s (%s, %s)", model_id, name, created)
+        return model_from_dict(state)
+
+    # ---- decisions ------------------------------------------------------------------------------
+    def record(self, message, reply):
+        if self.failed or reply.get("action") != "place" or message.get("dry_run"):
+            return
+        try:
+            self.pending.put_nowait((message, reply))
+        except queue.Full:
+            pass  # the writer is far behind: losing a history row is better than blocking a decision
+
+    def _write(self, db, message, reply):
+        from ..store.decisions import record_decision
+
+        record_decision(
+            db, reply["id"], job_class=reply.get("class"), user=message.get("user"), policy=reply.get("policy"),
+            mode=reply.get("mode"), nodes=reply.get("nodes") or (), gpus=reply.get("gpus"),
+            predicted_slowdown=reply.get("predicted_slowdown"), corunners=reply.get("corunner_slowdowns"),
+            detail={"binding": reply.get("binding"), "tres": reply.get("tres"), "reason": reply.get("reason")})
+        self.recorded += 1
+
+    def _run(self):
+        try:
+            from ..store.db import open_db
+
+            db = open_db(self.db_path)
+        except Exception as exc:
+            log.warning("horus: history database %s unusable (%s): decisions are not recorded", self.db_path, exc)
+            self.failed = True
+            return
+        next_refit = time.monotonic() + self.refit_s if self.refit_s > 0 else None
+        while not self._stopping.is_set():
+            try:
+                item = self.pending.get(timeout=1.0)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                break
+            if item is not None:
+                try:
+                    self._write(db, *item)
+                except Exception as exc:
+                    log.warning("horus: could not record decision %s: %s", item[1].get("id"), exc)
+            if next_refit is not None and time.monotonic() >= next_refit:
+                next_refit = time.monotonic() + self.refit_s
+                self._refit(db)
+
+    def _refit(self, db):
+        try:
+            from ..learn.loop import refit
+
+            result = refit(db, default_gpu_type=self.gpu_type)
+        except Exception as exc:
+            log.warning("horus: refit failed: %s", exc)
+            return
+        log.info("horus: refit stored model %s from %s local observations", result.get("model_id"),
+                 result.get("n_observations"))
+        if self.on_refit is not None:
+            self.on_refit()
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name="horusd-history", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout=5.0):
+        self._stopping.set()
+        try:
+            self.pending.put_nowait(_STOP)
+        except queue.Full:
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout)
