@@ -21,10 +21,18 @@ import click
 from .localcluster import LocalCluster
 from .tokens import parse_horus_tokens
 
+# A fake deep-learning job: it claims a GPU utilization that the stand-in NVML of `horus collect`
+# reads from its environment (there is no GPU here), and sleeps.
 JOB_SCRIPT = """#!/bin/sh
 echo "node=$SLURMD_NODENAME job_gpus=${SLURM_JOB_GPUS:--} gpu_device_ordinal=${GPU_DEVICE_ORDINAL:--}"
+export HORUS_FAKE_GPU_UTIL=${DEMO_UTIL:-50}
 sleep ${DEMO_SECONDS:-12}
 """
+
+# the utilization each class claims (a memory-bound recommender keeps the GPU less busy)
+DEMO_UTIL = {"resnet50-bs64": 90, "lm-bs20": 70, "transformer-bs64": 80, "cyclegan": 85,
+             "recommendation-bs2048": 35, "resnet18-bs16": 60, "resnet18-bs32": 55, "resnet18-bs64": 65,
+             "transformer-bs32": 60}
 
 # (label, how, class or None, extra sbatch options): the sbatch jobs fill the cluster's 8 GPUs, so
 # the four horus-sbatch jobs arrive under pressure, where sharing is on the table.
@@ -51,6 +59,7 @@ class DemoContext:
     cluster: LocalCluster = None
     jobs: Dict[str, tuple] = field(default_factory=dict)
     options: dict = field(default_factory=dict)
+    collectors: list = field(default_factory=list)  # stand-in NVML samplers, one per node
 
 
 @dataclass(frozen=True)
@@ -74,13 +83,18 @@ def _script_file(ctx):
     return path
 
 
+def _util_export(job_class):
+    return f"--export=ALL,DEMO_UTIL={DEMO_UTIL.get(job_class, 20)}"
+
+
 def submit_with_sbatch(ctx, label, job_class, extra):
-    args = (extra or ["--gres=gpu:1"]) + [f"--job-name={label}"]
+    args = (extra or ["--gres=gpu:1"]) + [f"--job-name={label}", _util_export(job_class)]
     if job_class:
         args.append(f"--comment=class={job_class}")
     job_id = ctx.cluster.sbatch(args, JOB_SCRIPT)
-    ctx.jobs[label] = (job_id, " ".join(a for a in args if not a.startswith("--job-name")))
-    ctx.echo(f"    sbatch {' '.join(args):70} -> job {job_id}")
+    shown = [a for a in args if not a.startswith("--export")]
+    ctx.jobs[label] = (job_id, " ".join(a for a in shown if not a.startswith("--job-name")))
+    ctx.echo(f"    sbatch {' '.join(shown):70} -> job {job_id}")
 
 
 def horus_sbatch(ctx, args):
@@ -91,7 +105,8 @@ def horus_sbatch(ctx, args):
 
 def submit_with_horus_sbatch(ctx, label, job_class, extra):
     args = ["--parsable", f"--job-name={label}", f"--output={ctx.cluster.root}/jobs/slurm-%j.out",
-            f"--chdir={ctx.cluster.root}/jobs", "--horus-class", job_class, *(extra or ["--gres=gpu:1"])]
+            f"--chdir={ctx.cluster.root}/jobs", "--horus-class", job_class, _util_export(job_class),
+            *(extra or ["--gres=gpu:1"])]
     result = horus_sbatch(ctx, args + [str(_script_file(ctx))])
     if result.returncode != 0:
         raise click.ClickException(f"horus-sbatch failed: {result.stderr.strip()}")
@@ -101,7 +116,36 @@ def submit_with_horus_sbatch(ctx, label, job_class, extra):
     ctx.echo(f"    horus-sbatch --horus-class {job_class:56} -> job {job_id}  {note}")
 
 
+def horus_command(ctx, args, **kwargs):
+    env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
+    return subprocess.run([sys.executable, "-m", "slurm_horus", *args], env=env, capture_output=True, text=True,
+                          timeout=kwargs.get("timeout", 120))
+
+
+def start_collectors(ctx):
+    """One stand-in NVML collector per node, as a site runs `horus collect` on each GPU node."""
+    env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
+    for node in ctx.cluster.node_names():
+        spool = ctx.cluster.root / "run" / f"collect-{node}.db"
+        ctx.collectors.append((spool, subprocess.Popen(
+            [sys.executable, "-m", "slurm_horus", "collect", "--backend", "standin", "--node", node,
+             "--interval", "1", "--spool", str(spool), "--ship-every", "5",
+             "--slurm-conf", str(ctx.cluster.slurm_conf)],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+    ctx.echo(f"    horus collect --backend standin on {', '.join(ctx.cluster.node_names())} "
+             "(NVML stand-in: these fake GPUs report what the jobs claim)")
+
+
+def stop_collectors(ctx):
+    for spool, process in ctx.collectors:
+        process.terminate()
+        process.wait(timeout=30)
+        horus_command(ctx, ["collect", "--ship", "--spool", str(spool)])  # what was not shipped yet
+    ctx.collectors = []
+
+
 def submit_workload(ctx):
+    start_collectors(ctx)
     first = [entry for entry in WORKLOAD if entry[1] == "sbatch"]
     for label, how, job_class, extra in first:
         submit_with_sbatch(ctx, label, job_class, extra)
@@ -123,7 +167,7 @@ def show_sharing(ctx):
     time.sleep(1.0)
     queue = {job.job_id: job for job in ctx.cluster.queue()}
     by_gpu = {}
-    ctx.echo(f"    {'job':>4} {'label':14} {'class':22} {'state':8} {'GPU':9} {'how':6} {'predicted':>9}")
+    ctx.echo(f"    {'job':>4} {'label':14} {'class':22} {'state':8} {'GPU':9} {'mode':9} {'predicted':>9}")
     for label, (job_id, _request) in ctx.jobs.items():
         job = queue.get(job_id)
         if job is None:
@@ -140,7 +184,7 @@ def show_sharing(ctx):
         how = token.get("mode") or ("user" if job.state == "RUNNING" else "-")
         predicted = f"{float(token['slowdown']):.2f}x" if token.get("slowdown") else "-"
         ctx.echo(f"    {job_id:>4} {label:14} {job_class:22} {job.state:8} {','.join(where) or '-':9} "
-                 f"{how:6} {predicted:>9}")
+                 f"{how:9} {predicted:>9}")
     shared = {gpu: labels for gpu, labels in by_gpu.items() if len(labels) > 1}
     for gpu, labels in sorted(shared.items()):
         ctx.echo(f"    GPU {gpu} is shared by {' + '.join(labels)}")
@@ -181,6 +225,25 @@ def wait_for_workload(ctx):
     ctx.echo(f"    {done} of {len(job_ids)} jobs COMPLETED (the ones that waited ran when a GPU freed)")
 
 
+def utilization_report(ctx):
+    stop_collectors(ctx)
+    wanted = [job_id for job_id, _ in ctx.jobs.values()]
+    deadline = time.monotonic() + 60
+    while len(ctx.cluster.accounting(wanted)) < len(wanted) and time.monotonic() < deadline:
+        time.sleep(0.5)  # slurmdbd stores finished jobs a moment after they end
+    ingest = horus_command(ctx, ["ingest", "--slurm-conf", str(ctx.cluster.slurm_conf), "--since", "2020-01-01",
+                                 "--no-progress"])
+    ctx.echo(f"    horus ingest: {ingest.stdout.strip() or ingest.stderr.strip()}")
+    for args in (["report", "users"], ["report", "job", str(ctx.jobs["resnet18-b"][0])]):
+        result = horus_command(ctx, args)
+        ctx.echo(f"    horus {' '.join(args)}")
+        for line in (result.stdout or result.stderr).rstrip().splitlines():
+            ctx.echo(f"      {line}")
+    html = ctx.cluster.root / "report-users.html"
+    horus_command(ctx, ["report", "users", "--html", str(html)])
+    ctx.echo(f"    HTML report with plots: {html}")
+
+
 def simulate_embedded_trace(ctx):
     from .resources import package_data_path
 
@@ -211,6 +274,7 @@ STEPS: List[Step] = [
     Step("who shares which GPU, and why", show_sharing),
     Step("let the jobs finish", wait_for_workload),
     Step("sacct: which GPUs each job had", show_accounting),
+    Step("utilization report from sacct + the GPU samples (horus ingest, horus report)", utilization_report),
     Step("simulator: the same placement core on an embedded Philly trace", simulate_embedded_trace),
 ]
 
@@ -233,6 +297,8 @@ def run_demo(steps=None, echo=click.echo, directory=None, keep=False, cluster=No
             step.run(ctx)
             echo(f"    ({time.monotonic() - step_started:.1f} s)")
     finally:
+        for _spool, process in ctx.collectors:
+            process.kill()
         if ctx.cluster is not None:
             if keep:
                 echo(f"cluster left running: horus local-cluster down --dir {ctx.cluster.root}")

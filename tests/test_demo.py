@@ -1,19 +1,26 @@
-"""The demo's job and accounting steps on the shared accounting cluster."""
+"""`horus demo` end to end on its own local cluster (real Slurm daemons, horusd, collectors)."""
 
 import re
 
-from slurm_horus.demo import STEPS, run_demo
+import pytest
+
+from slurm_horus.demo import STEPS, WORKLOAD, run_demo
 
 
-def test_demo_steps_show_each_jobs_gpus_from_sacct(slurm_cluster_dbd):
+@pytest.mark.slurm
+def test_demo_tour_runs_and_shows_sharing_accounting_report_and_simulation():
     lines = []
-    ctx = run_demo(echo=lines.append, cluster=slurm_cluster_dbd)
+    ctx = run_demo(echo=lines.append)
     text = "\n".join(lines)
-    assert len(STEPS) >= 3 and "start a local" not in text  # the running cluster was reused
-    two_gpu_job, _ = ctx.jobs["two-gpus"]
-    shard_job, _ = ctx.jobs["shard"]
-    row = re.search(rf"^\s+{two_gpu_job}\s+--gres=gpu:2\s+(n\d)\s+COMPLETED\s+(\S+)\s+(\d),(\d)$", text, re.M)
-    assert row, text
-    assert f"gpu:g{row.group(3)}=1" in row.group(2) and f"gpu:g{row.group(4)}=1" in row.group(2)
-    assert re.search(rf"^\s+{shard_job}\s+--gres=shard:1\s+n\d\s+COMPLETED\s+shard=1\s+\d \(job env\)$", text, re.M), text
-    assert slurm_cluster_dbd.status()["running"]
+    assert f"[{len(STEPS)}/{len(STEPS)}]" in text and "no process left behind" in text
+    assert len(ctx.jobs) == len(WORKLOAD)
+    # the horus-sbatch jobs arrived with every GPU busy: at least one shares a GPU
+    assert re.search(r"GPU n\d:\d is shared by \S+ \+ \S+", text), text
+    # sacct rows: every job COMPLETED, the exclusive 2-GPU job with its two typed indices
+    two_gpus, _ = ctx.jobs["two-gpus"]
+    assert re.search(rf"^\s+{two_gpus}\s+two-gpus\s+n\d\s+COMPLETED\s+gpu=2,gpu:g(\d)=1,gpu:g(\d)=1\s+\d,\d$", text, re.M)
+    assert text.count(" COMPLETED ") >= len(WORKLOAD)
+    # the report saw every job, and the job report lists the co-runner it shared with
+    assert re.search(rf"^\s+root\s+{len(WORKLOAD)}\s", text, re.M), text
+    assert "Co-runners:" in text
+    assert re.search(r"horus vs slurm-default: makespan -\d+%, mean JCT -\d+%", text)
