@@ -74,11 +74,16 @@ def format_index_list(indices):
 
 def split_gres_list(text):
     """Split a comma-separated GRES list, keeping commas inside ``(...)`` (``IDX:0-1,3``)."""
+    return split_outside(text, "(", ")")
+
+
+def split_outside(text, opening, closing):
+    """Split ``text`` on the commas that are not between ``opening`` and ``closing``."""
     items, depth, current = [], 0, []
     for char in text:
-        if char == "(":
+        if char == opening:
             depth += 1
-        elif char == ")":
+        elif char == closing:
             depth -= 1
         if char == "," and depth == 0:
             items.append("".join(current))

@@ -3,31 +3,15 @@
 import re
 
 from ..errors import InputError
+from .gres import split_outside
 
 _BRACKET = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<ranges>[^\[\]]+)\](?P<suffix>.*)$")
-
-
-def _split_top_level(text):
-    """Split on commas that are not inside brackets."""
-    parts, depth, current = [], 0, []
-    for char in text:
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return [p for p in (p.strip() for p in parts) if p]
 
 
 def expand_hostlist(text):
     """``n[1-2],m3`` -> ['n1', 'n2', 'm3'] (zero padding kept: ``gpu[08-10]`` -> gpu08, gpu09, gpu10)."""
     names = []
-    for part in _split_top_level(text or ""):
+    for part in split_outside(text or "", "[", "]"):
         match = _BRACKET.match(part)
         if not match:
             if "[" in part or "]" in part:
