@@ -176,19 +176,25 @@ horus.json_value = json_value
 
 local HINT_NAMES = { "HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES" }
 
--- One variable of a batch job's environment (nil for srun/salloc or when unreadable).
-local function job_env(job, name)
-  local env_ok, env = pcall(function() return job.environment end)
-  if not env_ok or type(env) ~= "table" then return nil end
+-- A batch job's environment as a Lua table ({} for srun/salloc or when unreadable). slurmctld
+-- builds the whole table on each access of job.environment, so read it once per submission.
+local function job_environment(job)
+  local ok, env = pcall(function() return job.environment end)
+  if ok and type(env) == "table" then return env end
+  return {}
+end
+
+local function env_value(env, name)
   local ok, value = pcall(function() return env[name] end)
   if ok and value ~= nil then return tostring(value) end
   return nil
 end
 
 -- The request line sent to horusd (JSON; reply asked for as key=value, which Lua parses cheaply).
-function horus.build_request(job, submit_uid, request)
+function horus.build_request(job, submit_uid, request, env)
+  env = env or job_environment(job)
   local hints = {}
-  for _, name in ipairs(HINT_NAMES) do hints[name] = job_env(job, name) end
+  for _, name in ipairs(HINT_NAMES) do hints[name] = env_value(env, name) end
   local message = {
     op = "place",
     reply = "kv",
@@ -339,7 +345,8 @@ end
 function horus.submit(job, submit_uid)
   local conf = horus.load_config()
   if file_exists(conf.disable_file) then return "skip: disabled by " .. conf.disable_file end
-  local claimed = job_env(job, "HORUS_DECISION")
+  local env = job_environment(job)
+  local claimed = env_value(env, "HORUS_DECISION")
   if claimed then
     if not string.match(claimed, "^[%w%-_]+$") then return "skip: malformed HORUS_DECISION" end
     local raw, err = horus.ask(conf, json_value({ op = "confirm", reply = "kv", id = claimed, uid = submit_uid }))
@@ -350,7 +357,7 @@ function horus.submit(job, submit_uid)
   end
   local handle, request = horus.should_handle(job, conf)
   if not handle then return "skip: " .. tostring(request) end
-  local line = horus.build_request(job, submit_uid, request)
+  local line = horus.build_request(job, submit_uid, request, env)
   local raw, ask_err = horus.ask(conf, line)
   if not raw then return "unchanged: horusd " .. tostring(ask_err) end
   local reply, parse_err = horus.parse_reply(raw, conf)

@@ -111,3 +111,29 @@ def test_ordinary_user_cannot_write_controller_socket_nor_impersonate(frontend, 
     assert out["other"] == {"ok": False, "error": "uid 65534 may not ask on behalf of uid 0"}
     assert any("refused request from uid 65534" in r.getMessage() for r in caplog.records)
     assert [m.get("uid") for m in frontend.seen] == [65534]
+
+
+def test_a_silent_client_does_not_hold_up_the_others(frontend):
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(frontend.socket_path)
+    silent.sendall(b'{"op": "pla')  # half a request, then nothing
+    try:
+        reply = protocol.ask({"op": "place", "uid": 7}, frontend.socket_path, timeout_s=1.0)
+        assert reply is not None and reply["uid"] == 7
+    finally:
+        silent.close()
+
+
+def test_oversized_request_is_dropped_not_buffered(frontend):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(frontend.socket_path)
+        try:
+            sock.sendall(b"x" * (protocol.MAX_LINE_BYTES + 65536))
+        except OSError:
+            pass  # the server may close while we still send
+        try:
+            assert sock.recv(100) == b""  # closed without an answer
+        except ConnectionResetError:
+            pass  # or reset, when our unread bytes were still queued
+    assert protocol.ask({"op": "place", "uid": 8}, frontend.socket_path, timeout_s=1.0)["uid"] == 8

@@ -18,10 +18,11 @@ becomes ``{"ok": false}``, which every client treats as "leave the job unchanged
 
 import logging
 import os
+import selectors
 import socket
-import socketserver
 import struct
 import threading
+import time
 
 from . import protocol
 from .lua_twin import encode_kv_reply
@@ -58,38 +59,27 @@ def authorize(message, uid, trusted_uids, controller):
     return None
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    timeout = 5.0  # a client that connects and says nothing is dropped
+class _Pending:
+    """A client connection whose request line has not fully arrived yet."""
 
-    def handle(self):
-        server = self.server
-        try:
-            line = self.rfile.readline(protocol.MAX_LINE_BYTES)
-        except OSError:
-            return
-        if not line:
-            return
-        reply, kv = server.horusd_answer(line, self.request, server.is_controller)
-        try:
-            if kv:
-                self.wfile.write((encode_kv_reply(reply) + "\n").encode())
-            else:
-                self.wfile.write(protocol.encode(reply))
-        except OSError:
-            pass
+    __slots__ = ("sock", "controller", "buffer", "deadline")
 
-
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-
-class _TCPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+    def __init__(self, sock, controller, deadline):
+        self.sock, self.controller, self.buffer, self.deadline = sock, controller, b"", deadline
 
 
 class Frontend:
-    """Owns the listening sockets and turns lines into calls of ``decide``."""
+    """Owns the listening sockets and turns lines into calls of ``decide``.
+
+    One thread serves every connection with a selector, and answers a request inline: a decision
+    takes a fraction of a millisecond, and handing each connection to a new thread costs more than
+    that (measured: 0.7 ms vs 0.3 ms per request when requests arrive a few ms apart, as sbatch
+    submissions do). Only ``reload``, which refits models, runs in a thread of its own, so requests
+    keep being answered meanwhile. A client that connects and sends nothing is dropped after
+    ``CLIENT_TIMEOUT_S``.
+    """
+
+    CLIENT_TIMEOUT_S = 5.0
 
     def __init__(self, decide, socket_path, tcp=None, trusted_uids=None):
         self.decide = decide
@@ -97,8 +87,10 @@ class Frontend:
         self.user_socket_path = socket_path + ".user"
         self.tcp = tcp
         self.trusted_uids = set(trusted_uids or ()) | {0, os.getuid()}
-        self.servers = []
-        self.threads = []
+        self.listeners = []  # (socket, controller)
+        self.selector = None
+        self.thread = None
+        self.stopping = threading.Event()
 
     def answer(self, line, sock, controller):
         """(reply dict, wants key=value) for one request line; never raises."""
@@ -119,40 +111,118 @@ class Frontend:
             log.exception("horus: error while deciding")
             return {"ok": False, "error": f"internal error: {type(exc).__name__}"}, kv
 
+    def _respond(self, pending, line):
+        reply, kv = self.answer(line, pending.sock, pending.controller)
+        data = (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
+        try:
+            pending.sock.setblocking(True)
+            pending.sock.settimeout(1.0)
+            pending.sock.sendall(data)
+        except OSError:
+            pass
+        finally:
+            pending.sock.close()
+
+    # ---- listening ------------------------------------------------------------------------------
     def _listen_unix(self, path, mode, controller):
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)
         if os.path.exists(path):
             os.unlink(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)  # the socket exists with 0600 before chmod widens the user one
         try:
-            server = _UnixServer(path, _Handler)
+            listener.bind(path)
         finally:
             os.umask(old_umask)
         os.chmod(path, mode)
-        self._register(server, controller)
-
-    def _register(self, server, controller):
-        server.is_controller = controller
-        server.horusd_answer = self.answer
-        self.servers.append(server)
+        listener.listen(128)
+        self.listeners.append((listener, controller))
 
     def start(self):
         self._listen_unix(self.socket_path, 0o600, controller=True)
         self._listen_unix(self.user_socket_path, 0o666, controller=False)
         if self.tcp:
             host, _, port = self.tcp.rpartition(":")
-            self._register(_TCPServer((host or "127.0.0.1", int(port)), _Handler), controller=True)
-        for server in self.servers:
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-            thread.start()
-            self.threads.append(thread)
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host or "127.0.0.1", int(port)))
+            listener.listen(128)
+            self.listeners.append((listener, True))
+        self.selector = selectors.DefaultSelector()
+        for listener, controller in self.listeners:
+            listener.setblocking(False)
+            self.selector.register(listener, selectors.EVENT_READ, ("listen", controller))
+        self.thread = threading.Thread(target=self._loop, name="horusd-frontend", daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        pending = {}
+        while not self.stopping.is_set():
+            try:
+                events = self.selector.select(timeout=0.5)
+            except OSError:
+                break
+            now = time.monotonic()
+            for key, _mask in events:
+                kind = key.data
+                if isinstance(kind, tuple):  # a listener: accept every waiting client
+                    self._accept(key.fileobj, kind[1], pending, now)
+                else:
+                    self._read(kind, pending)
+            for sock in [s for s, p in pending.items() if p.deadline < now]:
+                self._drop(pending.pop(sock))
+
+    def _accept(self, listener, controller, pending, now):
+        while True:
+            try:
+                sock, _address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            sock.setblocking(False)
+            client = _Pending(sock, controller, now + self.CLIENT_TIMEOUT_S)
+            pending[sock] = client
+            self.selector.register(sock, selectors.EVENT_READ, client)
+
+    def _read(self, client, pending):
+        try:
+            chunk = client.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk or len(client.buffer) + len(chunk) > protocol.MAX_LINE_BYTES:
+            self._drop(pending.pop(client.sock))
+            return
+        client.buffer += chunk
+        if b"\n" not in client.buffer:
+            return
+        del pending[client.sock]
+        self.selector.unregister(client.sock)
+        line = client.buffer.split(b"\n", 1)[0]
+        if b'"reload"' in line:  # slow (models are rebuilt): keep answering the others meanwhile
+            threading.Thread(target=self._respond, args=(client, line), daemon=True).start()
+        else:
+            self._respond(client, line)
+
+    def _drop(self, client):
+        try:
+            self.selector.unregister(client.sock)
+        except (KeyError, ValueError):
+            pass
+        client.sock.close()
 
     def stop(self):
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(5)
+        for listener, _controller in self.listeners:
+            listener.close()
+        if self.selector is not None:
+            self.selector.close()
         for path in (self.socket_path, self.user_socket_path):
             try:
                 os.unlink(path)
