@@ -290,3 +290,16 @@ def test_policy_options_are_parsed():
     assert policy.order_rule == "fifo" and policy.min_combined == 1.3
     with pytest.raises(ValueError):
         make_policy("horus/bogus=1", models_for(cluster(), TablePredictor()))
+
+
+def test_horus_bar_is_higher_for_pairs_already_measured():
+    state = cluster(1, 1)
+    policy = make_policy("horus", models_for(state, TablePredictor(default=0.55)))  # predicted 1.1 combined
+    state.place(RunningJob("a", "a", (0,), 0.0, 100.0))
+    assert run(policy, state, JobRequest("n", "n"), n_waiting=3, waiting_gpus=3).shared  # explored
+    state.release("n")
+    policy.observe("v100", "n", "a", 0.55)
+    policy.observe("v100", "a", "n", 0.55)  # measured: 1.1 < min_combined_known
+    assert not run(policy, state, JobRequest("n2", "n"), n_waiting=3, waiting_gpus=3).placed
+    policy.observe("v100", "n", "a", 0.85)  # running mean 0.7 → 1.25 combined
+    assert run(policy, state, JobRequest("n3", "n"), n_waiting=3, waiting_gpus=3).shared

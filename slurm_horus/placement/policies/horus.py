@@ -6,7 +6,10 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
 
 * while free GPUs outnumber what the queue asks for, take a free GPU (exclusive is fastest per job);
 * under pressure, join a running job only where the predicted *combined* normalized throughput of
-  the pair is at least ``min_combined`` and neither job falls under ``min_tput``; among such pairs
+  the pair is at least ``min_combined`` (1.05) — ``min_combined_known`` (1.2) once the pair has been
+  measured on this cluster: a low bar for pairs only predicted, so that they get tried and learned
+  (exploration), a higher one for pairs known to be mediocre — and neither job falls under
+  ``min_tput``; among such pairs
   take the one maximizing the job's own predicted throughput plus half its partner's
   (``score_rule="combined"``: the plain sum); a free GPU scores 1.0, so it is used only when no pair
   is worth more; when neither exists the job waits (a better partner or a free GPU will come);
@@ -31,7 +34,8 @@ class Horus(Policy):
     name = "horus"
     share = True
     max_jobs_per_gpu = 2
-    min_combined = 1.05
+    min_combined = 1.05  # for a pair only predicted: low, so that unknown pairs get tried (explored)
+    min_combined_known = 1.2  # for a pair already measured on this cluster
     min_tput = 0.35
     order_rule = "sjf"
     partner_slack = 0.1
@@ -61,7 +65,12 @@ class Horus(Policy):
             return np.where(free, 1e9, NEG_INF)
         jt, rt = cycle.job_tput, cycle.res_tput
         combined = jt + rt
-        ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
+        threshold = self.min_combined
+        if self.min_combined_known != self.min_combined and len(cycle.state.gpu_types) == 1:
+            known = self.pairs.known(cycle.state.gpu_types[0])
+            c, r = cycle.class_id, np.maximum(cycle.resident, 0)
+            threshold = np.where(known[c, r] & known[r, c], self.min_combined_known, self.min_combined)
+        ok = (combined >= threshold) & (jt >= self.min_tput) & (rt >= self.min_tput)
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
