@@ -16,6 +16,10 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
 * pairing is benefit-aware across the queue, not only for the job at hand: when the caller passes
   the classes of the first waiting jobs (``ctx.extra["window"]``), a job joins resident ``r`` only
   if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it);
+* short next to long: a pair also qualifies when SJF-BSBF's benefit (mean completion time of the
+  pair when sharing vs the job waiting for its partner) is at least ``bsbf_gain`` of the pair's
+  work and the pair loses no throughput (combined ≥ 1): in heavy-tailed workloads a short job
+  should not wait behind a long one for want of a perfect partner;
 * makespan guard: when the queue has shrunk to at most ``guard_queue`` GPUs asked per GPU (the
   tail of a burst or of a trace), a waiting job predicted to run longer than ``guard`` × the
   predicted time to drain the cluster (work waiting plus work running, over the GPUs) starts first,
@@ -28,6 +32,7 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..framework import NEG_INF, Policy, pressure
+from .sjf_bsbf import pair_benefit
 
 
 class Horus(Policy):
@@ -38,9 +43,11 @@ class Horus(Policy):
     min_combined_known = 1.2  # for a pair already measured on this cluster
     min_tput = 0.35
     order_rule = "sjf"
+    uses_duration = True
     partner_slack = 0.1
     guard = 0.8
     guard_queue = 2.0  # guard only while the queue asks for at most this many GPUs per GPU (0: always)
+    bsbf_gain = 0.2  # share also when SJF-BSBF's benefit is at least this share of the pair's work
     score_rule = "own"  # or "combined": rank qualifying pairs by the sum of both throughputs
 
     def queue_key(self, req):
@@ -60,7 +67,7 @@ class Horus(Policy):
     def score_gpus(self, cycle):
         free = cycle.free
         busy = pressure(cycle)
-        if not busy:
+        if not busy and cycle.req.n_gpus <= cycle.state.n_free:
             cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
             return np.where(free, 1e9, NEG_INF)
         jt, rt = cycle.job_tput, cycle.res_tput
@@ -74,6 +81,14 @@ class Horus(Policy):
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
+        e_a = cycle.req.expected_duration()
+        e_b = np.maximum(cycle.state.gpu_end0[cycle.idx] - cycle.ctx.now, 1.0)
+        gain = pair_benefit(e_a, e_b, np.maximum(jt, 1e-3), np.maximum(rt, 1e-3)) / (e_a + e_b)
+        if self.bsbf_gain > 0:
+            # a job much shorter than its would-be partner gains far more by starting now than the
+            # partner loses (SJF-BSBF's test), even when the pair adds little throughput
+            ok |= ((gain >= self.bsbf_gain) & (combined >= 1.0) & (jt >= self.min_tput)
+                   & (rt >= self.min_tput) & ~free)
         # among the pairs worth making, the job's own speed counts double: it is the job being
         # placed now (queue order put it first), the resident has been running already
         value = combined if self.score_rule == "combined" else jt + 0.5 * rt
