@@ -16,6 +16,9 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
 * pairing is benefit-aware across the queue, not only for the job at hand: when the caller passes
   the classes of the first waiting jobs (``ctx.extra["window"]``), a job joins resident ``r`` only
   if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it);
+* no pair that loses on completion time: every pair must also pass SJF-BSBF's test (sharing
+  beats the job waiting for its partner), so two long jobs never lock a GPU together for days
+  while short jobs queue (``require_benefit``);
 * short next to long: a pair also qualifies when SJF-BSBF's benefit (mean completion time of the
   pair when sharing vs the job waiting for its partner) is at least ``bsbf_gain`` of the pair's
   work and the pair loses no throughput (combined ≥ 1): in heavy-tailed workloads a short job
@@ -48,6 +51,8 @@ class Horus(Policy):
     guard = 0.8
     guard_queue = 2.0  # guard only while the queue asks for at most this many GPUs per GPU (0: always)
     bsbf_gain = 0.2  # share also when SJF-BSBF's benefit is at least this share of the pair's work
+    require_benefit = True  # a pair must also pass SJF-BSBF's test (sharing beats waiting)
+    free_score = 1.0  # a free GPU under pressure ranks like a pair of this value
     score_rule = "own"  # or "combined": rank qualifying pairs by the sum of both throughputs
 
     def queue_key(self, req):
@@ -84,6 +89,8 @@ class Horus(Policy):
         e_a = cycle.req.expected_duration()
         e_b = np.maximum(cycle.state.gpu_end0[cycle.idx] - cycle.ctx.now, 1.0)
         gain = pair_benefit(e_a, e_b, np.maximum(jt, 1e-3), np.maximum(rt, 1e-3)) / (e_a + e_b)
+        if self.require_benefit:
+            ok &= gain > 0
         if self.bsbf_gain > 0:
             # a job much shorter than its would-be partner gains far more by starting now than the
             # partner loses (SJF-BSBF's test), even when the pair adds little throughput
@@ -92,7 +99,7 @@ class Horus(Policy):
         # among the pairs worth making, the job's own speed counts double: it is the job being
         # placed now (queue order put it first), the resident has been running already
         value = combined if self.score_rule == "combined" else jt + 0.5 * rt
-        score = np.where(free, 1.0, np.where(ok, value, NEG_INF))
+        score = np.where(free, self.free_score, np.where(ok, value, NEG_INF))
         cycle.notes["reason"] = "pressure: best predicted pair"
         if not free.any() and not ok.any():
             cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
