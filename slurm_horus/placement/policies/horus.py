@@ -80,15 +80,18 @@ class Horus(Policy):
         threshold = self.min_combined
         if self.min_combined_known != self.min_combined and len(cycle.state.gpu_types) == 1:
             known = self.pairs.known(cycle.state.gpu_types[0])
-            c, r = cycle.class_id, np.maximum(cycle.resident, 0)
-            threshold = np.where(known[c, r] & known[r, c], self.min_combined_known, self.min_combined)
+            c = cycle.class_id
+            # per resident class (trailing entry: free GPU), then one gather per GPU
+            by_class = np.append(np.where(known[c] & known[:, c], self.min_combined_known, self.min_combined),
+                                 self.min_combined)
+            threshold = by_class[cycle.resident]
         ok = (combined >= threshold) & (jt >= self.min_tput) & (rt >= self.min_tput)
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
         e_a = cycle.req.expected_duration()
         e_b = np.maximum(cycle.state.gpu_end0[cycle.idx] - cycle.ctx.now, 1.0)
-        gain = pair_benefit(e_a, e_b, np.maximum(jt, 1e-3), np.maximum(rt, 1e-3)) / (e_a + e_b)
+        gain = pair_benefit(e_a, e_b, jt, rt) / (e_a + e_b)
         if self.require_benefit:
             ok &= gain > 0
         if self.bsbf_gain > 0:
