@@ -193,21 +193,27 @@ class Policy:
         groups = state.gpu_group[cycle.idx]
         usable_per_group = np.bincount(groups[usable], minlength=state.n_groups)
         full[cycle.idx] = cycle.score + 1e-3 * usable_per_group[groups]
-        pos_of = np.full(n + 1, -1, dtype=np.int64)
-        pos_of[cycle.idx] = np.arange(len(cycle.idx))
         rows = table[nodes]
         padded = np.where(rows >= 0, rows, n)
         node_scores = full[padded]
+        if len(nodes) > 4 * req.nodes:
+            # rank nodes by their k best scores first; only the best few get the exact,
+            # group-aware evaluation below (sorting every node's GPUs costs more than it decides)
+            top_sorted = -np.sort(-node_scores, axis=1)[:, :k]
+            rough = top_sorted[:, -1] + top_sorted.mean(axis=1)
+            keep = np.argpartition(-rough, 4 * req.nodes - 1)[:4 * req.nodes]
+            keep.sort()  # node order breaks ties: first fit
+            padded, node_scores = padded[keep], node_scores[keep]
         order = np.argsort(-node_scores, axis=1, kind="stable")[:, :k]
         top = np.take_along_axis(node_scores, order, axis=1)
         chosen_gpus = np.take_along_axis(padded, order, axis=1)
         if k > 1:
             spans = 1 + (np.diff(np.sort(state.gpu_group[chosen_gpus], axis=1), axis=1) != 0).sum(axis=1)
         else:
-            spans = np.ones(len(nodes))
+            spans = np.ones(len(chosen_gpus))
         node_value = top.min(axis=1) + top.mean(axis=1) - self.comm_penalty * (spans - 1)
         best = np.argsort(-node_value, kind="stable")[:req.nodes]
-        return pos_of[chosen_gpus[best].ravel()]
+        return np.searchsorted(cycle.idx, chosen_gpus[best].ravel())  # idx is sorted (flatnonzero)
 
     # ---- the pipeline ---------------------------------------------------------------------------
     def decide(self, state: ClusterState, req: JobRequest, ctx: Optional[SchedulingContext] = None,

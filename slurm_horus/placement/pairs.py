@@ -28,11 +28,13 @@ def _predict_block(predictor: Predictor, targets: Sequence[str], corunners: Sequ
 class PairTable:
     """Predicted pair throughputs for the classes seen so far, per GPU type."""
 
-    def __init__(self, predictor: Predictor, classes: ClassIndex, learn: bool = True):
+    def __init__(self, predictor: Predictor, classes: ClassIndex, learn: bool = True, exact: bool = False):
         self.predictor = predictor
         self.classes = classes
         self.learn = learn
+        self.exact = exact  # every value is a measurement (the simulator's truth, for the oracle)
         self._mats: Dict[str, np.ndarray] = {}
+        self._known: Dict[str, np.ndarray] = {}
         self._filled: Dict[str, int] = {}
         self._observed: Dict[Tuple[str, str, str], Tuple[float, int]] = {}
         self.n_observations = 0
@@ -59,11 +61,14 @@ class PairTable:
                     tb.append(b)
         values = _predict_block(self.predictor, [names[a] for a in ta], [names[b] for b in tb], gpu_type)
         mat[np.array(ta), np.array(tb)] = values
+        known = np.full((n, n), self.exact)
         for (t, a_name, b_name), (mean, _count) in self._observed.items():
             a, b = self.classes.ids.get(a_name, n), self.classes.ids.get(b_name, n)
             if t == gpu_type and a < n and b < n:
                 mat[a, b] = mean
+                known[a, b] = True
         self._mats[gpu_type] = mat
+        self._known[gpu_type] = known
         self._filled[gpu_type] = n
 
     def bind(self, classes: ClassIndex):
@@ -71,6 +76,7 @@ class PairTable:
         if classes is not self.classes:
             self.classes = classes
             self._mats.clear()
+            self._known.clear()
             self._filled.clear()
 
     def tput(self, gpu_type: str, target: str, corunner: str) -> float:
@@ -89,6 +95,12 @@ class PairTable:
         self.n_observations += 1
         mat = self.matrix(gpu_type)
         mat[a, b] = mean
+        self._known[gpu_type][a, b] = True
+
+    def known(self, gpu_type: str) -> np.ndarray:
+        """Bool matrix: which pair values were measured (observed), not predicted."""
+        self.matrix(gpu_type)
+        return self._known[gpu_type]
 
     def observed(self, gpu_type: str, target: str, corunner: str) -> Optional[float]:
         found = self._observed.get((gpu_type, target, corunner))

@@ -206,7 +206,7 @@ class Simulator:
         # requests that did not fit since the last change of the cluster: an identical one will
         # not fit either (the scheduling framework's equivalence cache)
         failed = set()
-        memo = not policy.uses_duration
+        with_duration = policy.uses_duration
         for key in list(order):  # a reclaim may requeue jobs while we walk
             if tried >= self.options.queue_depth:
                 break
@@ -214,8 +214,9 @@ class Simulator:
             if not policy.share and job.req.n_gpus > state.n_free and not self.may_reclaim:
                 continue
             req = job.req
-            shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive)
-            if memo and shape in failed:
+            shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive,
+                     req.expected_duration() if with_duration else 0.0)
+            if shape in failed:
                 continue
             tried += 1
             decision = policy.decide(state, job.req, ctx)

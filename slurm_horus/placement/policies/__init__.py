@@ -96,7 +96,7 @@ def make_policy(spec: str, models: PolicyModels):
     if name == "oracle":
         if models.truth is None:
             raise ValueError("policy oracle needs the simulator's truth")
-        return Oracle(PairTable(models.truth, models.classes, learn=False), **_coerce(Oracle, raw))
+        return Oracle(PairTable(models.truth, models.classes, learn=False, exact=True), **_coerce(Oracle, raw))
     if name == "horus":
         return Horus(models.pairs(), **_coerce(Horus, raw))
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES + ('deepboot-nolend',))})")

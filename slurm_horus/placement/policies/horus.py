@@ -6,13 +6,23 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
 
 * while free GPUs outnumber what the queue asks for, take a free GPU (exclusive is fastest per job);
 * under pressure, join a running job only where the predicted *combined* normalized throughput of
-  the pair is at least ``min_combined`` and neither job falls under ``min_tput``; among such pairs
+  the pair is at least ``min_combined`` (1.05) — ``min_combined_known`` (1.2) once the pair has been
+  measured on this cluster: a low bar for pairs only predicted, so that they get tried and learned
+  (exploration), a higher one for pairs known to be mediocre — and neither job falls under
+  ``min_tput``; among such pairs
   take the one maximizing the job's own predicted throughput plus half its partner's
   (``score_rule="combined"``: the plain sum); a free GPU scores 1.0, so it is used only when no pair
   is worth more; when neither exists the job waits (a better partner or a free GPU will come);
 * pairing is benefit-aware across the queue, not only for the job at hand: when the caller passes
   the classes of the first waiting jobs (``ctx.extra["window"]``), a job joins resident ``r`` only
   if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it);
+* no pair that loses on completion time: every pair must also pass SJF-BSBF's test (sharing
+  beats the job waiting for its partner), so two long jobs never lock a GPU together for days
+  while short jobs queue (``require_benefit``);
+* short next to long: a pair also qualifies when SJF-BSBF's benefit (mean completion time of the
+  pair when sharing vs the job waiting for its partner) is at least ``bsbf_gain`` of the pair's
+  work and the pair loses no throughput (combined ≥ 1): in heavy-tailed workloads a short job
+  should not wait behind a long one for want of a perfect partner;
 * makespan guard: when the queue has shrunk to at most ``guard_queue`` GPUs asked per GPU (the
   tail of a burst or of a trace), a waiting job predicted to run longer than ``guard`` × the
   predicted time to drain the cluster (work waiting plus work running, over the GPUs) starts first,
@@ -25,18 +35,24 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..framework import NEG_INF, Policy, pressure
+from .sjf_bsbf import pair_benefit
 
 
 class Horus(Policy):
     name = "horus"
     share = True
     max_jobs_per_gpu = 2
-    min_combined = 1.05
+    min_combined = 1.05  # for a pair only predicted: low, so that unknown pairs get tried (explored)
+    min_combined_known = 1.2  # for a pair already measured on this cluster
     min_tput = 0.35
     order_rule = "sjf"
+    uses_duration = True
     partner_slack = 0.1
     guard = 0.8
     guard_queue = 2.0  # guard only while the queue asks for at most this many GPUs per GPU (0: always)
+    bsbf_gain = 0.2  # share also when SJF-BSBF's benefit is at least this share of the pair's work
+    require_benefit = True  # a pair must also pass SJF-BSBF's test (sharing beats waiting)
+    free_score = 1.0  # a free GPU under pressure ranks like a pair of this value
     score_rule = "own"  # or "combined": rank qualifying pairs by the sum of both throughputs
 
     def queue_key(self, req):
@@ -56,19 +72,37 @@ class Horus(Policy):
     def score_gpus(self, cycle):
         free = cycle.free
         busy = pressure(cycle)
-        if not busy:
+        if not busy and cycle.req.n_gpus <= cycle.state.n_free:
             cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
             return np.where(free, 1e9, NEG_INF)
         jt, rt = cycle.job_tput, cycle.res_tput
         combined = jt + rt
-        ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
+        threshold = self.min_combined
+        if self.min_combined_known != self.min_combined and len(cycle.state.gpu_types) == 1:
+            known = self.pairs.known(cycle.state.gpu_types[0])
+            c = cycle.class_id
+            # per resident class (trailing entry: free GPU), then one gather per GPU
+            by_class = np.append(np.where(known[c] & known[:, c], self.min_combined_known, self.min_combined),
+                                 self.min_combined)
+            threshold = by_class[cycle.resident]
+        ok = (combined >= threshold) & (jt >= self.min_tput) & (rt >= self.min_tput)
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
+        e_a = cycle.req.expected_duration()
+        e_b = np.maximum(cycle.state.gpu_end0[cycle.idx] - cycle.ctx.now, 1.0)
+        gain = pair_benefit(e_a, e_b, jt, rt) / (e_a + e_b)
+        if self.require_benefit:
+            ok &= gain > 0
+        if self.bsbf_gain > 0:
+            # a job much shorter than its would-be partner gains far more by starting now than the
+            # partner loses (SJF-BSBF's test), even when the pair adds little throughput
+            ok |= ((gain >= self.bsbf_gain) & (combined >= 1.0) & (jt >= self.min_tput)
+                   & (rt >= self.min_tput) & ~free)
         # among the pairs worth making, the job's own speed counts double: it is the job being
         # placed now (queue order put it first), the resident has been running already
         value = combined if self.score_rule == "combined" else jt + 0.5 * rt
-        score = np.where(free, 1.0, np.where(ok, value, NEG_INF))
+        score = np.where(free, self.free_score, np.where(ok, value, NEG_INF))
         cycle.notes["reason"] = "pressure: best predicted pair"
         if not free.any() and not ok.any():
             cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"

@@ -15,15 +15,20 @@ from ..framework import NEG_INF, Policy, SJFMixin
 
 
 def pair_benefit(e_a, e_b, tput_a, tput_b):
-    """T_seq − T_con of the SJF-BSBF rule (vectorized); > 0 means sharing is worth it."""
-    xi_a = 1.0 / np.maximum(tput_a, 1e-9)
-    xi_b = 1.0 / np.maximum(tput_b, 1e-9)
-    eh_a, eh_b = xi_a * e_a, xi_b * e_b
-    t_con = np.where(eh_a >= eh_b,
-                     0.5 * e_a + (1.0 - 1.0 / (2.0 * xi_a)) * eh_b,
-                     0.5 * e_b + (1.0 - 1.0 / (2.0 * xi_b)) * eh_a)
-    t_seq = e_b + 0.5 * e_a
-    return t_seq - t_con
+    """T_seq − T_con of the SJF-BSBF rule (vectorized); > 0 means sharing is worth it.
+
+    Written with tput = 1/ξ: Ê = E/tput, and (1 − 1/(2ξ))·Ê = Ê − tput·Ê/2, so the branch that
+    applies is the one of the smaller Ê (fewer temporaries on the decision path).
+    """
+    tput_a = np.maximum(tput_a, 1e-9)
+    tput_b = np.maximum(tput_b, 1e-9)
+    eh_a = e_a / tput_a
+    eh_b = e_b / tput_b
+    a_last = eh_a >= eh_b
+    shorter = np.minimum(eh_a, eh_b)
+    t_con = np.where(a_last, 0.5 * e_a + shorter * (1.0 - 0.5 * tput_a),
+                     0.5 * e_b + shorter * (1.0 - 0.5 * tput_b))
+    return (e_b + 0.5 * e_a) - t_con
 
 
 class SJFBSBF(SJFMixin, Policy):
