@@ -294,27 +294,48 @@ function horus.parse_confirm(line, claimed)
   return reply
 end
 
--- Ask horusd over its Unix socket; every step bounded by the same deadline.
+-- Ask horusd over its Unix socket; every step bounded by the same deadline. The connection is
+-- kept between submissions (slurmctld keeps this script's state), which spares a connect and an
+-- accept per job; a kept connection that fails is dropped and one fresh connection is tried
+-- within what is left of the deadline.
+local kept = nil -- { client = <unix socket>, path = <socket path> }
+
+local function exchange(client, line, deadline, socket)
+  local remaining = deadline - socket.gettime()
+  if remaining <= 0 then return nil, "timeout" end
+  client:settimeout(remaining)
+  local sent, send_err = client:send(line .. "\n")
+  if not sent then return nil, "send: " .. tostring(send_err) end
+  remaining = deadline - socket.gettime()
+  if remaining <= 0 then return nil, "timeout" end
+  client:settimeout(remaining)
+  local reply, receive_err = client:receive("*l")
+  if not reply then return nil, "receive: " .. tostring(receive_err) end
+  return reply
+end
+
 function horus.ask(conf, line)
   local socket_ok, socket = pcall(require, "socket")
   local unix_ok, unix = pcall(require, "socket.unix")
   if not (socket_ok and unix_ok) then return nil, "lua-socket not installed" end
   local deadline = socket.gettime() + conf.timeout_ms / 1000
+  if kept and kept.path == conf.socket then
+    local reply, kept_err = exchange(kept.client, line, deadline, socket)
+    if reply then return reply end
+    -- horusd restarted, dropped an idle connection, or hangs: never reuse a connection that may
+    -- still deliver a late answer; try one fresh connection if time is left
+    kept.client:close()
+    kept = nil
+    if socket.gettime() >= deadline then return nil, kept_err end
+  end
+  if kept then kept.client:close() kept = nil end
   local client = unix()
   client:settimeout(conf.timeout_ms / 1000)
   local ok, err = client:connect(conf.socket)
   if not ok then client:close() return nil, "connect " .. conf.socket .. ": " .. tostring(err) end
-  local remaining = deadline - socket.gettime()
-  if remaining <= 0 then client:close() return nil, "timeout" end
-  client:settimeout(remaining)
-  local sent, send_err = client:send(line .. "\n")
-  if not sent then client:close() return nil, "send: " .. tostring(send_err) end
-  remaining = deadline - socket.gettime()
-  if remaining <= 0 then client:close() return nil, "timeout" end
-  client:settimeout(remaining)
-  local reply, receive_err = client:receive("*l")
-  client:close()
-  if not reply then return nil, "receive: " .. tostring(receive_err) end
+  local reply, exchange_err = exchange(client, line, deadline, socket)
+  if not reply then client:close() return nil, exchange_err end
+  kept = { client = client, path = conf.socket }
   return reply
 end
 

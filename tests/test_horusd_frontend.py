@@ -137,3 +137,13 @@ def test_oversized_request_is_dropped_not_buffered(frontend):
         except ConnectionResetError:
             pass  # or reset, when our unread bytes were still queued
     assert protocol.ask({"op": "place", "uid": 8}, frontend.socket_path, timeout_s=1.0)["uid"] == 8
+
+
+def test_several_requests_on_one_kept_connection(frontend):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        sock.connect(frontend.socket_path)
+        reader = sock.makefile("rb")
+        for uid in (11, 12, 13):
+            sock.sendall(protocol.encode({"op": "place", "uid": uid}))
+            assert json.loads(reader.readline())["uid"] == uid

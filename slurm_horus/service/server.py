@@ -76,10 +76,13 @@ class Frontend:
     that (measured: 0.7 ms vs 0.3 ms per request when requests arrive a few ms apart, as sbatch
     submissions do). Only ``reload``, which refits models, runs in a thread of its own, so requests
     keep being answered meanwhile. A client that connects and sends nothing is dropped after
-    ``CLIENT_TIMEOUT_S``.
+    ``CLIENT_TIMEOUT_S``. A client may send several requests on one connection, one line each
+    (job_submit.lua does); an idle connection is closed after ``IDLE_TIMEOUT_S``.
     """
 
-    CLIENT_TIMEOUT_S = 5.0
+    CLIENT_TIMEOUT_S = 5.0  # to send a request once connected
+    IDLE_TIMEOUT_S = 300.0  # a kept-open connection with no request for this long is closed
+    MAX_CLIENTS = 256
 
     def __init__(self, decide, socket_path, tcp=None, trusted_uids=None):
         self.decide = decide
@@ -91,6 +94,7 @@ class Frontend:
         self.selector = None
         self.thread = None
         self.stopping = threading.Event()
+        self.accepted = 0  # connections accepted (job_submit.lua keeps one open: few)
 
     def answer(self, line, sock, controller):
         """(reply dict, wants key=value) for one request line; never raises."""
@@ -111,7 +115,8 @@ class Frontend:
             log.exception("horus: error while deciding")
             return {"ok": False, "error": f"internal error: {type(exc).__name__}"}, kv
 
-    def _respond(self, pending, line):
+    def _respond(self, pending, line, keep=None):
+        """Answer one line; then close, or (``keep``: the loop's table) wait for the client's next line."""
         reply, kv = self.answer(line, pending.sock, pending.controller)
         data = (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
         try:
@@ -119,9 +124,17 @@ class Frontend:
             pending.sock.settimeout(1.0)
             pending.sock.sendall(data)
         except OSError:
-            pass
-        finally:
+            keep = None
+        if keep is None or len(keep) >= self.MAX_CLIENTS:
             pending.sock.close()
+            return
+        # job_submit.lua keeps its connection open between submissions (slurmctld keeps the Lua
+        # state): no connect/accept per job. The next line starts a fresh request.
+        pending.sock.setblocking(False)
+        pending.buffer = pending.buffer.split(b"\n", 1)[1] if b"\n" in pending.buffer else b""
+        pending.deadline = time.monotonic() + self.IDLE_TIMEOUT_S
+        keep[pending.sock] = pending
+        self.selector.register(pending.sock, selectors.EVENT_READ, pending)
 
     # ---- listening ------------------------------------------------------------------------------
     def _listen_unix(self, path, mode, controller):
@@ -173,6 +186,8 @@ class Frontend:
                     self._read(kind, pending)
             for sock in [s for s, p in pending.items() if p.deadline < now]:
                 self._drop(pending.pop(sock))
+        for client in list(pending.values()):  # stopping: kept connections too, so clients notice
+            self._drop(client)
 
     def _accept(self, listener, controller, pending, now):
         while True:
@@ -183,6 +198,7 @@ class Frontend:
             except OSError:
                 return
             sock.setblocking(False)
+            self.accepted += 1
             client = _Pending(sock, controller, now + self.CLIENT_TIMEOUT_S)
             pending[sock] = client
             self.selector.register(sock, selectors.EVENT_READ, client)
@@ -206,7 +222,7 @@ class Frontend:
         if b'"reload"' in line:  # slow (models are rebuilt): keep answering the others meanwhile
             threading.Thread(target=self._respond, args=(client, line), daemon=True).start()
         else:
-            self._respond(client, line)
+            self._respond(client, line, keep=pending)
 
     def _drop(self, client):
         try:
