@@ -358,14 +358,24 @@ function horus.config_path()
   return "/etc/horus/horus.conf"
 end
 
+-- The site file and the kill switch are re-read at most once a second (a burst of submissions
+-- reads them once); a change takes effect within a second.
+local cached_conf, cached_disabled, cached_at = nil, false, nil
+
 function horus.load_config()
-  return horus.parse_config(read_file(horus.config_path()))
+  local now = os.time()
+  if cached_conf == nil or cached_at ~= now then
+    cached_conf = horus.parse_config(read_file(horus.config_path()))
+    cached_disabled = file_exists(cached_conf.disable_file)
+    cached_at = now
+  end
+  return cached_conf, cached_disabled
 end
 
 -- One submission, start to end. Returns a short outcome string for the log.
 function horus.submit(job, submit_uid)
-  local conf = horus.load_config()
-  if file_exists(conf.disable_file) then return "skip: disabled by " .. conf.disable_file end
+  local conf, disabled = horus.load_config()
+  if disabled then return "skip: disabled by " .. conf.disable_file end
   local env = job_environment(job)
   local claimed = env_value(env, "HORUS_DECISION")
   if claimed then

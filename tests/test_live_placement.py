@@ -171,6 +171,7 @@ def test_jobs_horus_must_leave_alone_are_untouched(clean):
 def test_kill_switch_stops_asking(clean):
     disable = clean.root / "etc" / "horus.disabled"
     disable.write_text("")
+    time.sleep(1.1)  # job_submit.lua re-reads the kill switch at most once a second
     try:
         job = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
         wait_running(clean, [job])

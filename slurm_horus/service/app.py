@@ -92,7 +92,8 @@ class Horusd:
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
                                on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start())
         self.placer = build_placer(config, predictor_factory, self.history)
-        self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None)
+        self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None, after_reply=self.after_reply)
+        self._decision_ms = 0.0
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
         self.placer.on_left_to_slurm = self.wake.set
@@ -118,12 +119,18 @@ class Horusd:
             return unchanged("cluster state is stale")
         started = time.perf_counter()
         reply = placer.place(message)
-        elapsed_ms = (time.perf_counter() - started) * 1000
+        self._decision_ms = (time.perf_counter() - started) * 1000
+        return reply
+
+    def after_reply(self, message, reply):
+        """Called by the front once the reply is sent: the log line and the history row wait until
+        then, so that job_submit.lua (and slurmctld's job lock) do not wait for them."""
+        if message.get("op") != "place":
+            return
         self.history.record(message, reply)
         log.info("horus: decision user=%s class=%s action=%s nodes=%s tres=%s slowdown=%s in %.2f ms: %s",
                  message.get("user"), reply.get("class"), reply.get("action"), ",".join(reply.get("nodes") or ()),
-                 reply.get("tres"), reply.get("slowdown"), elapsed_ms, reply.get("reason"))
-        return reply
+                 reply.get("tres"), reply.get("slowdown"), self._decision_ms, reply.get("reason"))
 
     # ---- state ----------------------------------------------------------------------------------
     def refresh_once(self):

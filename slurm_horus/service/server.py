@@ -84,8 +84,9 @@ class Frontend:
     IDLE_TIMEOUT_S = 300.0  # a kept-open connection with no request for this long is closed
     MAX_CLIENTS = 256
 
-    def __init__(self, decide, socket_path, tcp=None, trusted_uids=None):
+    def __init__(self, decide, socket_path, tcp=None, trusted_uids=None, after_reply=None):
         self.decide = decide
+        self.after_reply = after_reply  # (message, reply) once the reply is sent: logging, history
         self.socket_path = socket_path
         self.user_socket_path = socket_path + ".user"
         self.tcp = tcp
@@ -97,27 +98,27 @@ class Frontend:
         self.accepted = 0  # connections accepted (job_submit.lua keeps one open: few)
 
     def answer(self, line, sock, controller):
-        """(reply dict, wants key=value) for one request line; never raises."""
+        """(reply dict, wants key=value, message or None) for one request line; never raises."""
         try:
             message = protocol.decode(line)
         except ValueError:
             log.warning("horus: refused malformed request")
-            return {"ok": False, "error": "malformed request"}, False
+            return {"ok": False, "error": "malformed request"}, False, None
         kv = message.get("reply") == "kv"
         try:
             uid = peer_uid(sock)
             refusal = authorize(message, uid, self.trusted_uids, controller or uid is None)
             if refusal:
                 log.warning("horus: refused request from uid %s: %s", uid, refusal)
-                return {"ok": False, "error": refusal}, kv
-            return self.decide(message), kv
+                return {"ok": False, "error": refusal}, kv, None
+            return self.decide(message), kv, message
         except Exception as exc:  # the service must answer, whatever went wrong
             log.exception("horus: error while deciding")
-            return {"ok": False, "error": f"internal error: {type(exc).__name__}"}, kv
+            return {"ok": False, "error": f"internal error: {type(exc).__name__}"}, kv, None
 
     def _respond(self, pending, line, keep=None):
         """Answer one line; then close, or (``keep``: the loop's table) wait for the client's next line."""
-        reply, kv = self.answer(line, pending.sock, pending.controller)
+        reply, kv, message = self.answer(line, pending.sock, pending.controller)
         data = (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
         try:
             pending.sock.setblocking(True)
@@ -125,6 +126,11 @@ class Frontend:
             pending.sock.sendall(data)
         except OSError:
             keep = None
+        if message is not None and self.after_reply is not None:
+            try:
+                self.after_reply(message, reply)
+            except Exception:
+                log.exception("horus: error after a reply")
         if keep is None or len(keep) >= self.MAX_CLIENTS:
             pending.sock.close()
             return
