@@ -6,7 +6,7 @@ submissions (``-H``, so nothing runs) in four phases of 250 while horusd is:
 1. killed (SIGKILL: its socket file stays, connects are refused);
 2. restarted (a new horusd starts while the submissions go on: first no socket, then answers);
 3. hung (SIGSTOP: connects succeed, nothing answers; job_submit.lua's deadline must cut it off);
-4. answering garbage (another process on its socket replies with junk lines).
+4. answering garbage (horusd is gone and another process on its socket replies with junk lines).
 
 Prints JSON: submissions accepted, jobs counted in sacct (none lost), sbatch wall time per phase
 (p50/p99/max), against the limit timeout_ms + 50 ms plus the sbatch time measured with horusd healthy
@@ -95,11 +95,13 @@ def main():
         results["hung"] = [submit(cluster) for _ in range(per_phase)]
         os.kill(pid, signal.SIGCONT)
 
-        os.kill(pid, signal.SIGSTOP)  # keep it from answering while another process holds its socket
+        # horusd dies (and job_submit.lua's kept connection with it); another process answers junk
+        os.kill(pid, signal.SIGKILL)
+        cluster.daemons = [d for d in cluster.daemons if d["name"] != "horusd"]
+        time.sleep(0.2)
         garbage = GarbageServer(cluster.horus_socket)
         results["garbage"] = [submit(cluster) for _ in range(per_phase)]
         garbage.close()
-        os.kill(pid, signal.SIGCONT)
 
         job_ids = {out.split(";")[0] for phase in results.values() for rc, out, _ in phase if rc == 0}
         time.sleep(3)  # slurmctld -> slurmdbd is asynchronous
