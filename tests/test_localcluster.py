@@ -172,10 +172,14 @@ def test_sacct_json_shows_the_shard_pair_sharing_one_node_at_once(slurm_cluster_
 @pytest.fixture
 def cluster_dir():
     """A fresh directory under /tmp (munged needs every directory above its socket searchable,
-    which pytest's tmp_path is not)."""
+    which pytest's tmp_path is not). A cluster a failed test left running there is stopped (by
+    the PIDs in its state file) before the directory goes."""
     directory = Path(tempfile.mkdtemp(prefix="horus-test-"))
     os.chmod(directory, 0o755)
     yield directory / "cluster"
+    if (directory / "cluster" / "cluster.json").exists():
+        subprocess.run(HORUS + ["local-cluster", "down", "--dir", str(directory / "cluster")],
+                       capture_output=True, timeout=120)
     shutil.rmtree(directory, ignore_errors=True)
 
 
