@@ -192,3 +192,19 @@ def test_confirm_returns_the_token_fields_to_the_same_user_only():
     assert reply["gpulist"] == f"{reply['nodes'][0]}:{reply['gpus'][reply['nodes'][0]][0]}"
     assert placer.confirm({"id": reply["id"], "uid": 1001})["action"] == "unchanged"
     assert placer.confirm({"id": "hnothere", "uid": 1000})["action"] == "unchanged"
+
+
+def test_nonsense_sizes_are_left_to_slurm_with_a_reason():
+    placer = make_placer()
+    assert placer.place({"op": "place", "gpus_per_node": "two"}) == {
+        "ok": True, "action": "unchanged", "reason": "bad gpus_per_node or num_nodes"}
+    assert placer.place({"op": "place", "gpus_per_node": 1, "num_nodes": 0})["reason"] == "no gpu requested"
+
+
+def test_a_pair_over_the_slowdown_limit_is_left_to_slurm_and_pins_nothing_until_a_refresh():
+    jobs = [running(i, f"n{1 + i // 4}", [f"gpu:g{i % 4}:1(IDX:{i % 4})"]) for i in range(7)]
+    placer = make_placer(jobs=jobs)
+    placer.slowdown_limit = 1.01  # any real sharing is over it
+    ask(placer, "resnet50-bs64")  # the last free GPU
+    over = ask(placer, "lm-bs20")
+    assert over["action"] == "unchanged" and placer.left_to_slurm_since is not None

@@ -181,13 +181,9 @@ class Placer:
 
     def place(self, message, record=True):
         """Decide for one request; returns the reply dict (see protocol.py)."""
-        request, why = gpu_request({k: message.get(k) for k in
-                                    ("tres_per_node", "tres_per_job", "tres_per_task", "min_nodes", "num_tasks")}
-                                   if "gpus_per_node" not in message else {})
-        if "gpus_per_node" in message:
-            request = {"gpus_per_node": int(message["gpus_per_node"]), "nodes": int(message.get("num_nodes") or 1)}
-        if request is None or request["gpus_per_node"] < 1:
-            return unchanged(why or "no gpu requested")
+        request, why = requested_gpus(message)
+        if request is None:
+            return unchanged(why)
         job_class = job_class_of(message)
         may_share = job_class != UNKNOWN_CLASS or self.share_unknown
         with self.lock:
@@ -212,14 +208,17 @@ class Placer:
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=bool(message.get("explain")))
+            recording = record and not message.get("dry_run")
             if not decision.placed:
-                if record and not message.get("dry_run"):
+                if recording:
                     self._left_to_slurm()
                 return unchanged(decision.reason, candidates=explain_candidates(decision))
             if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
+                if recording:
+                    self._left_to_slurm()
                 return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
-            reply = self._reply(decision, req, job_class, decision_id)
-            if record and not message.get("dry_run"):
+            reply = self._reply(state, decision, req, job_class, decision_id)
+            if recording:
                 running = self.policy.running_job(req, decision, self.clock())
                 running.exclusive = reply["mode"] == "exclusive"  # whole GPUs: nobody may join
                 state.place(running)
@@ -246,7 +245,7 @@ class Placer:
         if self.on_left_to_slurm is not None:
             self.on_left_to_slurm()
 
-    def _reply(self, decision, req, job_class, decision_id):
+    def _reply(self, state, decision, req, job_class, decision_id):
         node_gpus = decision.gpus
         index_sets = {tuple(sorted(v)) for v in node_gpus.values()}
         binding = self.binding
@@ -266,8 +265,8 @@ class Placer:
         # shared: joins a GPU that runs another job; shareable: alone on a shard, others may join
         mode = "shared" if decision.shared else ("shareable" if binding_used == "shard" else "exclusive")
         partition = ""
-        if req.extra_partitions and self.state is not None:
-            node = self.state.nodes[self.state.node_ids[decision.nodes[0]]]
+        if req.extra_partitions:
+            node = state.nodes[state.node_ids[decision.nodes[0]]]
             if req.partition not in node.partitions:
                 partition = next(p for p in req.extra_partitions if p in node.partitions)
         return {
@@ -298,6 +297,26 @@ def explain_candidates(decision):
             "why": f"{candidate.note}; score {candidate.score:.3f}", "chosen": candidate.where in chosen,
         })
     return out
+
+
+def requested_gpus(message):
+    """({"gpus_per_node", "nodes"}, None) from a request, or (None, why) when it asks for no GPU or
+    makes no sense. job_submit.lua sends the counts it read (its Python twin is gpu_request);
+    other clients may send the raw TRES strings instead."""
+    if "gpus_per_node" in message:
+        try:
+            nodes = message.get("num_nodes")
+            request = {"gpus_per_node": int(message["gpus_per_node"]), "nodes": 1 if nodes is None else int(nodes)}
+        except (TypeError, ValueError):
+            return None, "bad gpus_per_node or num_nodes"
+    else:
+        request, why = gpu_request({k: message.get(k) for k in
+                                    ("tres_per_node", "tres_per_job", "tres_per_task", "min_nodes", "num_tasks")})
+        if request is None:
+            return None, why or "no gpu requested"
+    if request["gpus_per_node"] < 1 or request["nodes"] < 1:
+        return None, "no gpu requested"
+    return request, None
 
 
 def _int_or_none(value):
