@@ -20,6 +20,7 @@ local horus = {}
 horus.DEFAULTS = {
   socket = "/run/horus/horusd.sock",
   timeout_ms = 100,
+  max_offer_age_s = 10,
   disable_file = "/etc/horus/disabled",
   max_state_age_s = 60,
   handle_exclusive = false,
@@ -27,7 +28,7 @@ horus.DEFAULTS = {
 }
 
 local BOOLEAN_SETTINGS = { handle_exclusive = true, handle_nodelist = true }
-local NUMBER_SETTINGS = { timeout_ms = true, max_state_age_s = true }
+local NUMBER_SETTINGS = { timeout_ms = true, max_state_age_s = true, max_offer_age_s = true }
 
 local function trim(s)
   return (string.gsub(s, "^%s*(.-)%s*$", "%1"))
@@ -190,6 +191,53 @@ local function env_value(env, name)
   return nil
 end
 
+-- The job class horusd would read from this job (twin: slurm_horus/service/daemon.py job_class_of).
+function horus.job_class(env, comment)
+  local name = env_value(env, "HORUS_CLASS")
+  if not name then
+    local model = env_value(env, "HORUS_MODEL")
+    if model and model ~= "" then
+      name = string.lower(model)
+      local batch = env_value(env, "HORUS_BATCH_SIZE")
+      if batch and batch ~= "" then name = name .. "-bs" .. batch end
+    end
+  end
+  if not name or name == "" then
+    for word in string.gmatch(comment or "", "[^%s,;]+") do
+      local found = string.match(word, "^horus_class=([%w_%.%-]+)") or string.match(word, "^class=([%w_%.%-]+)")
+      if found then name = found break end
+    end
+  end
+  if not name or name == "" or not string.match(name, "^[%w_%.%-]+$") then return "unknown" end
+  return name
+end
+
+-- horusd publishes, beside its socket, where a 1-GPU job of each class would go now:
+--   version=N;generated=EPOCH
+--   CLASS<TAB>key=value;... (the reply format)
+-- Taking an offer spares the round trip to horusd. At most one offer per version is taken (two
+-- jobs must not get the same GPU from one snapshot); the claim tells horusd to record it.
+-- Returns the offer (a parsed reply) and its version, or nil and why.
+function horus.find_offer(text, job_class, now, conf)
+  if type(text) ~= "string" or text == "" then return nil, "no offers" end
+  local header, rest = string.match(text, "^([^\n]*)\n(.*)$")
+  if not header then return nil, "no offers" end
+  local version = string.match(header, "^version=(%d+);")
+  local generated = tonumber(string.match(header, ";generated=(%d+%.?%d*)$") or "")
+  if not version or not generated then return nil, "malformed offers" end
+  if now - generated > conf.max_offer_age_s then return nil, "stale offers" end
+  for line in string.gmatch(rest, "[^\n]+") do
+    local class, kv = string.match(line, "^([^\t]+)\t(.*)$")
+    if class == job_class then
+      local reply, why = horus.parse_reply(kv, conf)
+      if not reply then return nil, why end
+      if reply.action ~= "place" then return nil, "no offer" end
+      return reply, version
+    end
+  end
+  return nil, "no offer for " .. job_class
+end
+
 -- The request line sent to horusd (JSON; reply asked for as key=value, which Lua parses cheaply).
 function horus.build_request(job, submit_uid, request, env)
   env = env or job_environment(job)
@@ -314,6 +362,26 @@ local function exchange(client, line, deadline, socket)
   return reply
 end
 
+-- Send one line that horusd does not answer (a claim). Best effort within the deadline.
+function horus.tell(conf, line)
+  local socket_ok, socket = pcall(require, "socket")
+  local unix_ok, unix = pcall(require, "socket.unix")
+  if not (socket_ok and unix_ok) then return nil, "lua-socket not installed" end
+  if kept and kept.path == conf.socket then
+    kept.client:settimeout(conf.timeout_ms / 1000)
+    if kept.client:send(line .. "\n") then return true end
+    kept.client:close()
+    kept = nil
+  end
+  local client = unix()
+  client:settimeout(conf.timeout_ms / 1000)
+  local ok, err = client:connect(conf.socket)
+  if not ok then client:close() return nil, "connect " .. conf.socket .. ": " .. tostring(err) end
+  if not client:send(line .. "\n") then client:close() return nil, "send" end
+  kept = { client = client, path = conf.socket }
+  return true
+end
+
 function horus.ask(conf, line)
   local socket_ok, socket = pcall(require, "socket")
   local unix_ok, unix = pcall(require, "socket.unix")
@@ -372,6 +440,20 @@ function horus.load_config()
   return cached_conf, cached_disabled
 end
 
+local taken_version = nil -- the offers version this script took an offer from
+
+function horus.take_offer(job, submit_uid, env, conf)
+  local socket_ok, socket = pcall(require, "socket")
+  if not socket_ok then return nil end
+  local job_class = horus.job_class(env, job.comment)
+  local offer, version = horus.find_offer(read_file(conf.socket .. ".offers"), job_class, socket.gettime(), conf)
+  if not offer or version == taken_version then return nil end
+  taken_version = version
+  local token = horus.apply(job, offer)
+  horus.tell(conf, json_value({ op = "claim", id = offer.id, uid = submit_uid, user = job.user_name }))
+  return "placed " .. token .. " nodes=" .. offer.nodes .. " tres=" .. offer.tres .. " (offer " .. version .. ")"
+end
+
 -- One submission, start to end. Returns a short outcome string for the log.
 function horus.submit(job, submit_uid)
   local conf, disabled = horus.load_config()
@@ -388,6 +470,10 @@ function horus.submit(job, submit_uid)
   end
   local handle, request = horus.should_handle(job, conf)
   if not handle then return "skip: " .. tostring(request) end
+  if request.gpus_per_node == 1 and request.nodes == 1 and (job.partition == nil or job.partition == "") then
+    local offered = horus.take_offer(job, submit_uid, env, conf)
+    if offered then return offered end
+  end
   local line = horus.build_request(job, submit_uid, request, env)
   local raw, ask_err = horus.ask(conf, line)
   if not raw then return "unchanged: horusd " .. tostring(ask_err) end

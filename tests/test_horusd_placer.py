@@ -208,3 +208,31 @@ def test_a_pair_over_the_slowdown_limit_is_left_to_slurm_and_pins_nothing_until_
     ask(placer, "resnet50-bs64")  # the last free GPU
     over = ask(placer, "lm-bs20")
     assert over["action"] == "unchanged" and placer.left_to_slurm_since is not None
+
+
+def test_offers_for_requested_classes_and_a_claim_records_the_offer():
+    changes = []
+    placer = make_placer()
+    placer.on_change = lambda: changes.append(1)
+    assert placer.compute_offers() == {}  # nobody asked yet
+    ask(placer, "lm-bs20")
+    ask(placer)  # unknown class
+    offers = placer.compute_offers()
+    assert set(offers) == {"lm-bs20", "unknown"}
+    offer = offers["lm-bs20"]
+    assert offer["action"] == "place" and offer["id"] not in placer.ledger
+    busy_before = placer.state.busy_gpus()
+    assert placer.claim({"id": offer["id"], "uid": 5})["id"] == offer["id"]
+    assert offer["id"] in placer.ledger and placer.ledger[offer["id"]].uid == 5
+    assert placer.state.busy_gpus() == busy_before + 1 and changes
+    assert placer.claim({"id": offer["id"]}) is None  # spent
+    assert placer.claim({"id": "hbogus"}) is None
+    # the next offer for the class has moved on to another GPU
+    assert placer.compute_offers()["lm-bs20"]["gpulist"] != offer["gpulist"]
+
+
+def test_no_offers_while_a_job_left_to_slurm_may_be_starting():
+    jobs = [running(i, f"n{1 + i // 4}", [f"gpu:g{i % 4}:1(IDX:{i % 4})"]) for i in range(8)]
+    placer = make_placer(jobs=jobs)
+    ask(placer, "lm-bs20")  # full: left to Slurm
+    assert placer.left_to_slurm_since is not None and placer.compute_offers() == {}

@@ -277,3 +277,56 @@ def test_horus_sbatch_job_asks_for_confirmation_and_fails_open(lua, tmp_path, mo
                           "environment": {"HORUS_DECISION": "h1;rm -rf"}})
     lua.globals().slurm_job_submit(forged, None, 1000)
     assert "skip: malformed HORUS_DECISION" in LUA_LOG[-1]
+
+
+CLASS_CASES = [
+    ({}, None),
+    ({"HORUS_CLASS": "bert-large"}, "x class=lm"),
+    ({"HORUS_MODEL": "ResNet50", "HORUS_BATCH_SIZE": "64"}, None),
+    ({"HORUS_MODEL": "ResNet50"}, None),
+    ({}, "exp 3, class=transformer-bs64"),
+    ({}, "horus_class=a3c;x=1"),
+    ({}, "classy=no class=ok"),
+    ({}, "class=!bad class=good"),
+    ({"HORUS_CLASS": "bad class"}, None),
+    ({}, "nothing here"),
+]
+
+
+@pytest.mark.parametrize("env, comment", CLASS_CASES)
+def test_job_class_twin(lua, env, comment):
+    from slurm_horus.service.daemon import job_class_of
+
+    lua_class = lua.globals().HORUS.job_class(to_lua(lua, env), comment)
+    assert lua_class == job_class_of({"hints": env, "comment": comment})
+
+
+OFFERS = (
+    "version=7;generated=1000.5\n"
+    "lm-bs20\taction=place;age=0.4;class=lm-bs20;gpulist=n1:2;id=h1;mode=shareable;nodes=n1;ok=1;"
+    "slowdown=1.000;tres=gres:shard:g2:1\n"
+    "unknown\taction=place;age=0.4;class=unknown;id=h2;mode=exclusive;nodes=n2;ok=1;slowdown=1.000;"
+    "tres=gres:gpu:g0:1\n"
+    "bad\taction=place;age=0.4;class=bad;id=h3;nodes=n1 rm;ok=1;tres=gres:gpu:g0:1\n"
+)
+
+
+@pytest.mark.parametrize("text, job_class, now", [
+    (OFFERS, "lm-bs20", 1001.0), (OFFERS, "unknown", 1001.0), (OFFERS, "bad", 1001.0),
+    (OFFERS, "a3c", 1001.0), (OFFERS, "lm-bs20", 1100.0), ("", "lm-bs20", 1001.0),
+    ("garbage", "lm-bs20", 1001.0), ("version=x;generated=1\nlm-bs20\tok=1", "lm-bs20", 1001.0),
+])
+def test_find_offer_twin(lua, text, job_class, now):
+    horus = lua.globals().HORUS
+    lua_offer, lua_version = pair(horus.find_offer(text, job_class, now, horus.parse_config("")))
+    py_offer, py_version = lua_twin.find_offer(text, job_class, now, lua_twin.parse_config(""))
+    assert normalize(from_lua(lua_offer)) == normalize(py_offer)
+    assert lua_version == py_version
+
+
+def test_find_offer_means_what_it_says():
+    conf = lua_twin.parse_config("")
+    offer, version = lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf)
+    assert version == "7" and offer["tres"] == "gres:shard:g2:1" and offer["id"] == "h1"
+    assert lua_twin.find_offer(OFFERS, "lm-bs20", 1100.0, conf) == (None, "stale offers")
+    assert lua_twin.find_offer(OFFERS, "bad", 1001.0, conf) == (None, "bad nodes")

@@ -19,6 +19,7 @@ from ..slurm.parse import parse_sinfo, parse_squeue
 from ..slurm.runner import run_slurm
 from .daemon import Placer, Snapshot, unchanged
 from .history import History
+from .lua_twin import encode_kv_reply
 from .server import Frontend
 
 log = logging.getLogger("horusd")
@@ -97,6 +98,10 @@ class Horusd:
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
         self.placer.on_left_to_slurm = self.wake.set
+        self.offers_changed = threading.Event()
+        self.placer.on_change = self.offers_changed.set
+        self.offers_path = config.socket + ".offers"
+        self.offers_version = 0
         self.refresh_errors = 0
         self.refresh_interval = config.refresh_s
         self._refresher = None
@@ -112,6 +117,11 @@ class Horusd:
             return {"ok": True, "reloaded": True}
         if op == "confirm":
             return self.placer.confirm(message)
+        if op == "claim":
+            claimed = self.placer.claim(message)
+            if claimed is not None:
+                self.history.record({"op": "place", "user": message.get("user")}, claimed)
+            return None  # a notification: nothing is sent back
         if op != "place":
             return {"ok": False, "error": f"unknown op {op!r}"}
         placer = self.placer  # one consistent placer per request, even during a reload
@@ -131,6 +141,34 @@ class Horusd:
         log.info("horus: decision user=%s class=%s action=%s nodes=%s tres=%s slowdown=%s in %.2f ms: %s",
                  message.get("user"), reply.get("class"), reply.get("action"), ",".join(reply.get("nodes") or ()),
                  reply.get("tres"), reply.get("slowdown"), self._decision_ms, reply.get("reason"))
+
+    # ---- offers -------------------------------------------------------------------------------
+    def publish_offers(self):
+        """Write the next placement per job class where job_submit.lua reads it (atomically).
+
+        Line 1: ``version=N;generated=EPOCH``; then ``CLASS<TAB>key=value;...`` (the reply format).
+        The Lua takes at most one offer per version, so two jobs never get the same offer.
+        """
+        offers = self.placer.compute_offers()
+        self.offers_version += 1
+        lines = [f"version={self.offers_version};generated={time.time():.3f}"]
+        lines += [f"{job_class}\t{encode_kv_reply(reply)}" for job_class, reply in sorted(offers.items())]
+        tmp = f"{self.offers_path}.tmp"
+        with open(tmp, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.offers_path)
+
+    def _offers_loop(self):
+        while not self.stopping.is_set():
+            self.offers_changed.wait(1.0)
+            self.offers_changed.clear()
+            if self.stopping.is_set():
+                return
+            try:
+                self.publish_offers()
+            except Exception as exc:  # offers are an optimisation: the socket path still works
+                log.warning("horus: could not publish offers to %s: %s", self.offers_path, exc)
 
     # ---- state ----------------------------------------------------------------------------------
     def refresh_once(self):
@@ -163,7 +201,9 @@ class Horusd:
         placer = build_placer(config, self.predictor_factory, self.history)
         old = self.placer
         placer.on_left_to_slurm = self.wake.set
+        placer.on_change = self.offers_changed.set
         with old.lock:
+            placer.requested_classes = set(old.requested_classes)
             placer.ledger = dict(old.ledger)
         self.config = config
         try:
@@ -185,12 +225,18 @@ class Horusd:
         self.frontend.start()
         self._refresher = threading.Thread(target=self._refresh_loop, daemon=True)
         self._refresher.start()
+        threading.Thread(target=self._offers_loop, name="horusd-offers", daemon=True).start()
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 
     def stop(self):
         self.stopping.set()
         self.wake.set()
+        self.offers_changed.set()
+        try:
+            os.unlink(self.offers_path)
+        except OSError:
+            pass
         self.history.stop()
         self.frontend.stop()
 

@@ -29,6 +29,7 @@ from .lua_twin import gpu_request
 log = logging.getLogger("horusd")
 
 UNKNOWN_CLASS = "unknown"
+MAX_OFFER_CLASSES = 64
 RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
 _CLASS_IN_COMMENT = re.compile(r"(?:^|[\s,;])(?:horus_)?class=([A-Za-z0-9_.\-]+)")
 _SAFE_CLASS = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -108,6 +109,9 @@ class Placer:
         # newer than this moment, every job is left to Slurm too (None: no such job pending).
         self.left_to_slurm_since = None
         self.on_left_to_slurm = None  # callback: ask the refresher for an early refresh
+        self.on_change = None  # callback: state changed (a decision, a claim, a refresh): republish offers
+        self.requested_classes = set()  # classes that asked before: they get offers
+        self.offered = {}  # offer id -> (JobRequest, Decision, reply, made at), until claimed or stale
         self.decisions = 0
 
     # ---- state ----------------------------------------------------------------------------------
@@ -149,6 +153,8 @@ class Placer:
             self.pending_jobs = pending
             if self.left_to_slurm_since is not None and snapshot.taken_at > self.left_to_slurm_since:
                 self.left_to_slurm_since = None
+        if self.on_change is not None:
+            self.on_change()
             self.pending_gpus = pending_gpus
 
     def _running_job_from_queue(self, state, job, now):
@@ -185,6 +191,8 @@ class Placer:
         if request is None:
             return unchanged(why)
         job_class = job_class_of(message)
+        if record and not message.get("dry_run") and len(self.requested_classes) < MAX_OFFER_CLASSES:
+            self.requested_classes.add(job_class)
         may_share = job_class != UNKNOWN_CLASS or self.share_unknown
         with self.lock:
             state = self.state
@@ -219,14 +227,59 @@ class Placer:
                 return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
             reply = self._reply(state, decision, req, job_class, decision_id)
             if recording:
-                running = self.policy.running_job(req, decision, self.clock())
-                running.exclusive = reply["mode"] == "exclusive"  # whole GPUs: nobody may join
-                state.place(running)
-                self.ledger[decision_id] = LedgerEntry(
-                    decision_id, running, self.clock() + self.ledger_ttl_s, uid=_int_or_none(message.get("uid")),
-                    token_fields={k: reply[k] for k in ("mode", "slowdown", "class", "gpulist")})
-                self.decisions += 1
+                self._record(state, req, decision, reply, _int_or_none(message.get("uid")))
+            elif message.get("offer"):
+                self.offered[decision_id] = (req, decision, reply, self.clock())
             return reply
+
+    def _record(self, state, req, decision, reply, uid):
+        """Put a decision in the state and the ledger (caller holds the lock)."""
+        running = self.policy.running_job(req, decision, self.clock())
+        running.exclusive = reply["mode"] == "exclusive"  # whole GPUs: nobody may join
+        state.place(running)
+        self.ledger[reply["id"]] = LedgerEntry(
+            reply["id"], running, self.clock() + self.ledger_ttl_s, uid=uid,
+            token_fields={k: reply[k] for k in ("mode", "slowdown", "class", "gpulist")})
+        self.decisions += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    # ---- offers: the next placement of a 1-GPU job of each class, for job_submit.lua ----------
+    def compute_offers(self):
+        """{class: reply} of where a 1-GPU job of each recently requested class would go now.
+
+        Not recorded: job_submit.lua takes one offer per published version and then *claims* it
+        (:meth:`claim`), which records it; every other offer of that version is dead for it.
+        """
+        with self.lock:
+            if self.state is None or self.left_to_slurm_since is not None:
+                return {}
+            classes = list(self.requested_classes)
+            now = self.clock()
+            for offer_id in [i for i, o in self.offered.items() if o[3] < now - self.ledger_ttl_s]:
+                del self.offered[offer_id]
+        offers = {}
+        for job_class in classes:
+            reply = self.place({"op": "place", "gpus_per_node": 1, "num_nodes": 1, "job_class": job_class,
+                                "offer": True}, record=False)
+            if reply.get("action") == "place" and reply.get("binding") != "node":
+                offers[job_class] = reply
+        return offers
+
+    def claim(self, message):
+        """job_submit.lua applied an offer: record it as if it had been asked. Returns the offer's reply
+        for the history (the client gets no answer: it does not wait)."""
+        offer_id = str(message.get("id") or "")
+        with self.lock:
+            found = self.offered.pop(offer_id, None)
+            if found is None or self.state is None or offer_id in self.ledger:
+                log.warning("horus: claim of unknown or spent offer %s", offer_id)
+                return None
+            req, decision, reply, _made = found
+            if not all(g < self.state.n_gpus for g in decision.gpu_ids):
+                return None
+            self._record(self.state, req, decision, reply, _int_or_none(message.get("uid")))
+        return reply
 
     def confirm(self, message):
         """job_submit.lua asks whether a horus-sbatch decision is ours; the reply carries its token fields."""
@@ -244,6 +297,8 @@ class Placer:
         self.left_to_slurm_since = self.clock()
         if self.on_left_to_slurm is not None:
             self.on_left_to_slurm()
+        if self.on_change is not None:
+            self.on_change()  # withdraw the offers
 
     def _reply(self, state, decision, req, job_class, decision_id):
         node_gpus = decision.gpus

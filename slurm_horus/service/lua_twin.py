@@ -17,13 +17,14 @@ NO_VAL16 = 65534
 DEFAULTS = {
     "socket": "/run/horus/horusd.sock",
     "timeout_ms": 100,
+    "max_offer_age_s": 10,
     "disable_file": "/etc/horus/disabled",
     "max_state_age_s": 60,
     "handle_exclusive": False,
     "handle_nodelist": False,
 }
 _BOOLEAN = {"handle_exclusive", "handle_nodelist"}
-_NUMBER = {"timeout_ms", "max_state_age_s"}
+_NUMBER = {"timeout_ms", "max_state_age_s", "max_offer_age_s"}
 
 _SAFE_NODES = re.compile(r"^[A-Za-z0-9\-.\[\],]+\Z")
 _SAFE_TRES = re.compile(r"^[A-Za-z0-9:/=,_\-]+\Z")
@@ -243,3 +244,28 @@ def encode_kv_reply(reply):
         text = str(value).replace(";", ",").replace("\n", " ").replace("\r", " ")
         parts.append("%s=%s" % (key, text))
     return ";".join(parts)
+
+
+def find_offer(text, job_class, now, conf):
+    """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why)."""
+    if not isinstance(text, str) or text == "":
+        return None, "no offers"
+    header, sep, rest = text.partition("\n")
+    if not sep:
+        return None, "no offers"
+    version = re.match(r"^version=([0-9]+);", header)
+    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
+    if not version or not generated:
+        return None, "malformed offers"
+    if now - float(generated.group(1)) > conf["max_offer_age_s"]:
+        return None, "stale offers"
+    for line in rest.split("\n"):
+        match = re.match(r"^([^\t]+)\t(.*)\Z", line, re.S)
+        if match and match.group(1) == job_class:
+            reply, why = parse_reply(match.group(2), conf)
+            if reply is None:
+                return None, why
+            if reply.get("action") != "place":
+                return None, "no offer"
+            return reply, version.group(1)
+    return None, "no offer for " + job_class

@@ -119,13 +119,14 @@ class Frontend:
     def _respond(self, pending, line, keep=None):
         """Answer one line; then close, or (``keep``: the loop's table) wait for the client's next line."""
         reply, kv, message = self.answer(line, pending.sock, pending.controller)
-        data = (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
-        try:
-            pending.sock.setblocking(True)
-            pending.sock.settimeout(1.0)
-            pending.sock.sendall(data)
-        except OSError:
-            keep = None
+        if reply is not None:  # None: a notification (claim) that the client does not wait for
+            data = (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
+            try:
+                pending.sock.setblocking(True)
+                pending.sock.settimeout(1.0)
+                pending.sock.sendall(data)
+            except OSError:
+                keep = None
         if message is not None and self.after_reply is not None:
             try:
                 self.after_reply(message, reply)
