@@ -24,6 +24,8 @@ from .server import Frontend
 
 log = logging.getLogger("horusd")
 
+OFFER_DELAY_S = 0.003
+
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
 
@@ -162,9 +164,12 @@ class Horusd:
     def _offers_loop(self):
         while not self.stopping.is_set():
             self.offers_changed.wait(1.0)
-            self.offers_changed.clear()
             if self.stopping.is_set():
                 return
+            # the submission that caused this is still in slurmctld and sbatch: let it finish
+            # before taking the CPU (this VM has two), and fold a burst into one recomputation
+            time.sleep(OFFER_DELAY_S)
+            self.offers_changed.clear()
             try:
                 self.publish_offers()
             except Exception as exc:  # offers are an optimisation: the socket path still works
