@@ -9,6 +9,7 @@ NFS from many writers is exactly what this layout avoids.
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import sqlite_utils
@@ -189,6 +190,20 @@ def _statements(script):
     return [part.strip() for part in script.split(";") if part.strip()]
 
 
+def _while_locked(step, timeout_s=BUSY_TIMEOUT_MS / 1000):
+    """Run ``step``; retry it while SQLite reports the database locked, up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 def open_db(path):
     """Open (creating and migrating as needed) the history database at ``path``.
 
@@ -205,12 +220,14 @@ def open_db(path):
         conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if str(path) != ":memory:":
-            conn.execute("PRAGMA journal_mode = WAL")
+            # switching a new file to WAL needs an exclusive lock, and SQLite answers "database is
+            # locked" at once (no busy handler) while another process creates or migrates the file
+            _while_locked(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         # NORMAL is durable against process crashes in WAL mode (only power loss may lose the last
         # transactions), which is the failure the kill -9 benchmark exercises.
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
-        _migrate(conn)
+        _while_locked(lambda: _migrate(conn))
     except sqlite3.DatabaseError as exc:
         raise HorusError(f"history database {path}: {exc}") from None
     return sqlite_utils.Database(conn)
