@@ -104,16 +104,24 @@ def main():
         garbage.close()
 
         job_ids = {out.split(";")[0] for phase in results.values() for rc, out, _ in phase if rc == 0}
-        time.sleep(3)  # slurmctld -> slurmdbd is asynchronous
-        # held jobs are never eligible, so sacct lists them only when asked for by id
-        sacct = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID", "-j", ",".join(sorted(job_ids))],
-                               env=cluster.env, capture_output=True, text=True, check=True).stdout.split()
+        # slurmctld hands jobs to slurmdbd asynchronously (a backlog of 1,000 takes a while); held
+        # jobs are never eligible, so sacct lists them only when asked for by id
+        deadline = time.monotonic() + 120
+        while True:
+            sacct = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID", "-j", ",".join(sorted(job_ids))],
+                                   env=cluster.env, capture_output=True, text=True, check=True).stdout.split()
+            if len(job_ids & set(sacct)) == len(job_ids) or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        in_queue = subprocess.run(["squeue", "-h", "-o", "%i"], env=cluster.env, capture_output=True,
+                                  text=True, check=True).stdout.split()
         timeout_ms = 100.0
         healthy_p50 = statistics.median(ms for _, _, ms in results["healthy"])
         out = {"benchmark": "fail_open_storm", "timeout_ms": timeout_ms,
                "submissions": sum(len(v) for k, v in results.items() if k != "healthy"),
                "accepted": sum(rc == 0 for k, v in results.items() if k != "healthy" for rc, _, _ in v),
-               "jobs_in_sacct": len(job_ids & set(sacct)), "submitted_ids": len(job_ids),
+               "jobs_in_sacct": len(job_ids & set(sacct)), "jobs_in_squeue": len(job_ids & set(in_queue)),
+               "submitted_ids": len(job_ids),
                "garbage_replies_sent": garbage.count, "healthy_sbatch_p50_ms": round(healthy_p50, 1),
                "phases": {}}
         for name, phase in results.items():
