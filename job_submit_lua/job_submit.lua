@@ -348,12 +348,14 @@ end
 -- within what is left of the deadline.
 local kept = nil -- { client = <unix socket>, path = <socket path> }
 
-local function exchange(client, line, deadline, socket)
+-- Send one line and, when ``answered``, read the reply line; every step within ``deadline``.
+local function exchange(client, line, deadline, socket, answered)
   local remaining = deadline - socket.gettime()
   if remaining <= 0 then return nil, "timeout" end
   client:settimeout(remaining)
   local sent, send_err = client:send(line .. "\n")
   if not sent then return nil, "send: " .. tostring(send_err) end
+  if not answered then return true end
   remaining = deadline - socket.gettime()
   if remaining <= 0 then return nil, "timeout" end
   client:settimeout(remaining)
@@ -362,34 +364,14 @@ local function exchange(client, line, deadline, socket)
   return reply
 end
 
--- Send one line that horusd does not answer (a claim). Best effort within the deadline.
-function horus.tell(conf, line)
-  local socket_ok, socket = pcall(require, "socket")
-  local unix_ok, unix = pcall(require, "socket.unix")
-  if not (socket_ok and unix_ok) then return nil, "lua-socket not installed" end
-  if kept and kept.path == conf.socket then
-    kept.client:settimeout(conf.timeout_ms / 1000)
-    if kept.client:send(line .. "\n") then return true end
-    kept.client:close()
-    kept = nil
-  end
-  local client = unix()
-  client:settimeout(conf.timeout_ms / 1000)
-  local ok, err = client:connect(conf.socket)
-  if not ok then client:close() return nil, "connect " .. conf.socket .. ": " .. tostring(err) end
-  if not client:send(line .. "\n") then client:close() return nil, "send" end
-  kept = { client = client, path = conf.socket }
-  return true
-end
-
-function horus.ask(conf, line)
+local function over_connection(conf, line, answered)
   local socket_ok, socket = pcall(require, "socket")
   local unix_ok, unix = pcall(require, "socket.unix")
   if not (socket_ok and unix_ok) then return nil, "lua-socket not installed" end
   local deadline = socket.gettime() + conf.timeout_ms / 1000
   if kept and kept.path == conf.socket then
-    local reply, kept_err = exchange(kept.client, line, deadline, socket)
-    if reply then return reply end
+    local result, kept_err = exchange(kept.client, line, deadline, socket, answered)
+    if result then return result end
     -- horusd restarted, dropped an idle connection, or hangs: never reuse a connection that may
     -- still deliver a late answer; try one fresh connection if time is left
     kept.client:close()
@@ -401,10 +383,20 @@ function horus.ask(conf, line)
   client:settimeout(conf.timeout_ms / 1000)
   local ok, err = client:connect(conf.socket)
   if not ok then client:close() return nil, "connect " .. conf.socket .. ": " .. tostring(err) end
-  local reply, exchange_err = exchange(client, line, deadline, socket)
-  if not reply then client:close() return nil, exchange_err end
+  local result, exchange_err = exchange(client, line, deadline, socket, answered)
+  if not result then client:close() return nil, exchange_err end
   kept = { client = client, path = conf.socket }
-  return reply
+  return result
+end
+
+-- Ask horusd and return its reply line (or nil and why).
+function horus.ask(conf, line)
+  return over_connection(conf, line, true)
+end
+
+-- Send one line that horusd does not answer (a claim), on the same kept connection.
+function horus.tell(conf, line)
+  return over_connection(conf, line, false)
 end
 
 -- The directory this script was loaded from (slurmctld loads it beside slurm.conf).

@@ -159,7 +159,7 @@ def test_jobs_horus_must_leave_alone_are_untouched(clean):
     explicit = clean.sbatch(["-w", "n2", "--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
     exclusive = clean.sbatch(["--exclusive", "--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
     no_gpu = clean.sbatch(["--comment=class=resnet18-bs32"], FILLER)
-    array = clean.sbatch(["--array=0-1", "--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
+    clean.sbatch(["--array=0-1", "--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
     time.sleep(1)
     log = (clean.root / "log" / "slurmctld.log").read_text()
     for reason in ("explicit nodelist", "explicit exclusive", "no gpu", "job array"):

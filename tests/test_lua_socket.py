@@ -1,7 +1,6 @@
 """job_submit.lua's socket path in the real Lua 5.1 with Debian's lua-socket, against horusd's front:
 one kept connection for many submissions, a fresh one after horusd restarts, fail-open when gone."""
 
-import json
 import os
 import shutil
 import subprocess

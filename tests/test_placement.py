@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from slurm_horus.interference.base import Prediction, Predictor
-from slurm_horus.placement import (ClusterState, JobRequest, NodeGroup, PairTable, PolicyModels, RunningJob,
+from slurm_horus.placement import (JobRequest, NodeGroup, PairTable, PolicyModels, RunningJob,
                                    SchedulingContext, build_cluster, make_policy, parse_cluster_spec)
 from slurm_horus.placement.policies import POLICY_NAMES
 from slurm_horus.placement.policies.sjf_bsbf import pair_benefit

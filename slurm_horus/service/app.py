@@ -209,6 +209,7 @@ class Horusd:
         placer.on_change = self.offers_changed.set
         with old.lock:
             placer.requested_classes = set(old.requested_classes)
+            placer.offered = dict(old.offered)  # a claim may arrive for an offer made before the reload
             placer.ledger = dict(old.ledger)
         self.config = config
         try:
