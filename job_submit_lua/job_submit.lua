@@ -25,9 +25,10 @@ horus.DEFAULTS = {
   max_state_age_s = 60,
   handle_exclusive = false,
   handle_nodelist = false,
+  offers = false, -- take horusd's published offers (opt-in: see docs/horusd.md)
 }
 
-local BOOLEAN_SETTINGS = { handle_exclusive = true, handle_nodelist = true }
+local BOOLEAN_SETTINGS = { handle_exclusive = true, handle_nodelist = true, offers = true }
 local NUMBER_SETTINGS = { timeout_ms = true, max_state_age_s = true, max_offer_age_s = true }
 
 local function trim(s)
@@ -462,7 +463,8 @@ function horus.submit(job, submit_uid)
   end
   local handle, request = horus.should_handle(job, conf)
   if not handle then return "skip: " .. tostring(request) end
-  if request.gpus_per_node == 1 and request.nodes == 1 and (job.partition == nil or job.partition == "") then
+  if conf.offers and request.gpus_per_node == 1 and request.nodes == 1
+      and (job.partition == nil or job.partition == "") then
     local offered = horus.take_offer(job, submit_uid, env, conf)
     if offered then return offered end
   end

@@ -79,6 +79,9 @@ SETTINGS = {
         Setting("refresh_s", _parse_positive_float, 2.0, "how often horusd re-reads sinfo/squeue"),
         Setting("refit_s", float, 3600.0,
                 "horusd refits the model from the history database this often (seconds; 0: never)"),
+        Setting("offers", _parse_bool, False,
+                "horusd publishes its next placement per job class and job_submit.lua takes them "
+                "without a round trip (opt-in: a job may land on a GPU an offer made stale)"),
         Setting("max_jobs_per_gpu", int, 2, "most jobs that may share one GPU"),
         Setting("slowdown_limit", _parse_positive_float, 1.5,
                 "largest predicted slowdown a job may be given by sharing"),

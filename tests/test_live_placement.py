@@ -352,21 +352,3 @@ def test_decisions_land_in_the_history_database_and_a_stored_model_is_used_after
         time.sleep(0.2)
     assert f"using stored model {model_id} (chain" in log.read_text()
 
-
-def test_second_job_of_a_class_takes_horusds_published_offer_without_a_round_trip(clean):
-    first = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs32"], FILLER)  # asks horusd
-    wait_running(clean, [first])
-    time.sleep(0.5)  # horusd republishes its offers after the decision
-    second = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs32"], REPORT)
-    wait_running(clean, [second])
-    log_lines = (clean.root / "log" / "slurmctld.log").read_text().splitlines()
-    offer_line = [line for line in log_lines if "(offer " in line][-1]
-    token = re.search(r"placed (horus:(\S+) .*) nodes=(\S+) tres=gres:shard:g(\d+):1 \(offer", offer_line)
-    assert token, offer_line
-    node, comment, held = detail(clean, second)
-    assert f"horus:{token.group(2)} " in comment + " "
-    assert node == token.group(3) and held["shard"] == [int(token.group(4))]
-    assert f"GDO={token.group(4)}" in wait_output(clean, second, "GDO=")
-    # horusd recorded the claim: the two jobs are on different GPUs and the decision is in the DB
-    first_node, _, first_held = detail(clean, first)
-    assert (first_node, first_held["shard"]) != (node, held["shard"])

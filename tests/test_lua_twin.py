@@ -81,6 +81,7 @@ JOBS = [
 
 CONFIGS = [
     "",
+    "offers = yes\n",
     "socket = /tmp/h.sock\ntimeout_ms = 250\n",
     "handle_exclusive = yes\nhandle-nodelist=1  # comment\n",
     "max_state_age_s = 5\npolicy = sjf\nbogus line\n",

@@ -151,7 +151,7 @@ class Horusd:
         Line 1: ``version=N;generated=EPOCH``; then ``CLASS<TAB>key=value;...`` (the reply format).
         The Lua takes at most one offer per version, so two jobs never get the same offer.
         """
-        offers = self.placer.compute_offers()
+        offers = self.placer.compute_offers() if self.config.offers else {}
         self.offers_version += 1
         lines = [f"version={self.offers_version};generated={time.time():.3f}"]
         lines += [f"{job_class}\t{encode_kv_reply(reply)}" for job_class, reply in sorted(offers.items())]

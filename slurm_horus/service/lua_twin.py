@@ -22,8 +22,9 @@ DEFAULTS = {
     "max_state_age_s": 60,
     "handle_exclusive": False,
     "handle_nodelist": False,
+    "offers": False,
 }
-_BOOLEAN = {"handle_exclusive", "handle_nodelist"}
+_BOOLEAN = {"handle_exclusive", "handle_nodelist", "offers"}
 _NUMBER = {"timeout_ms", "max_state_age_s", "max_offer_age_s"}
 
 _SAFE_NODES = re.compile(r"^[A-Za-z0-9\-.\[\],]+\Z")
