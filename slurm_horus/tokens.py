@@ -46,3 +46,14 @@ def parse_horus_tokens(*texts):
 def gpu_list(gpus):
     """{node: [indices]} -> ``n1:0+1,n2:3`` (the ``gpus=`` field)."""
     return ",".join(f"{node}:{'+'.join(str(i) for i in sorted(indices))}" for node, indices in sorted(gpus.items()))
+
+
+def parse_gpu_list(text):
+    """``n1:0+1,n2:3`` (the ``gpus=`` field) -> [(node, [indices])]; malformed parts are skipped."""
+    parsed = []
+    for part in (text or "").split(","):
+        node, _, indices = part.partition(":")
+        numbers = [int(i) for i in indices.split("+") if i.isdigit()]
+        if node and numbers:
+            parsed.append((node, numbers))
+    return parsed

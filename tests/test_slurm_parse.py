@@ -41,6 +41,7 @@ def test_squeue_requests_and_allocated_indices():
     assert jobs[2].gpu_indices() == ()
     assert jobs[4].gres_requested == [GresItem("gpu", None, 2)]
     assert jobs[4].gpu_indices() == (0, 3)
+    assert jobs[1].state_reason == "None"  # Slurm's word for "nothing to wait for"
 
 
 def test_sacct_allocated_gres_and_indices():

@@ -100,6 +100,7 @@ class QueueJob:
     end_time: int = 0  # expected end (start + time limit) while running
     time_limit: int = 0  # minutes; 0 when unset
     gres_detail: Tuple[str, ...] = ()  # one entry per allocated node, in node order
+    state_reason: str = ""  # why a pending job waits (Resources, Priority, Dependency, JobHeldUser, ...)
 
     def gres_by_node(self):
         """[(node name, [GresItem])] of a running job: gres_detail lists one entry per node."""
@@ -138,6 +139,7 @@ def parse_squeue(text):
             start_time=int(record.get("start_time") or 0),
             gres_requested=_gres_field(record, "tres_per_node", "squeue"),
             gres_allocated=allocated,
+            state_reason=str(record.get("state_reason") or ""),
             end_time=int(record.get("end_time") or 0),
             time_limit=int(record.get("time_limit") or 0),
             gres_detail=tuple(record.get("gres_detail") or ()),
