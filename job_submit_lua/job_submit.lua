@@ -20,12 +20,12 @@ local horus = {}
 horus.DEFAULTS = {
   socket = "/run/horus/horusd.sock",
   timeout_ms = 100,
-  max_offer_age_s = 10,
+  max_offer_age_s = 3,
   disable_file = "/etc/horus/disabled",
   max_state_age_s = 60,
   handle_exclusive = false,
   handle_nodelist = false,
-  offers = false, -- take horusd's published offers (opt-in: see docs/horusd.md)
+  offers = true, -- take horusd's published offers (docs/horusd.md)
 }
 
 local BOOLEAN_SETTINGS = { handle_exclusive = true, handle_nodelist = true, offers = true }
@@ -216,10 +216,12 @@ end
 -- horusd publishes, beside its socket, where a 1-GPU job of each class would go now:
 --   version=N;generated=EPOCH
 --   CLASS<TAB>key=value;... (the reply format)
--- Taking an offer spares the round trip to horusd. At most one offer per version is taken (two
--- jobs must not get the same GPU from one snapshot); the claim tells horusd to record it.
+-- Taking an offer spares the round trip to horusd. Versions only grow. ``spent`` is the newest
+-- version this script may no longer take from: the one it took an offer from (two jobs must not get
+-- the same GPU from one snapshot), or the one horusd's last reply named (offers computed before that
+-- decision do not know it). The claim tells horusd to record the offer taken.
 -- Returns the offer (a parsed reply) and its version, or nil and why.
-function horus.find_offer(text, job_class, now, conf)
+function horus.find_offer(text, job_class, now, conf, spent)
   if type(text) ~= "string" or text == "" then return nil, "no offers" end
   local header, rest = string.match(text, "^([^\n]*)\n(.*)$")
   if not header then return nil, "no offers" end
@@ -227,6 +229,7 @@ function horus.find_offer(text, job_class, now, conf)
   local generated = tonumber(string.match(header, ";generated=(%d+%.?%d*)$") or "")
   if not version or not generated then return nil, "malformed offers" end
   if now - generated > conf.max_offer_age_s then return nil, "stale offers" end
+  if tonumber(version) <= (spent or 0) then return nil, "offers spent" end
   for line in string.gmatch(rest, "[^\n]+") do
     local class, kv = string.match(line, "^([^\t]+)\t(.*)$")
     if class == job_class then
@@ -433,15 +436,28 @@ function horus.load_config()
   return cached_conf, cached_disabled
 end
 
-local taken_version = nil -- the offers version this script took an offer from
+-- Offers of this version or older are spent for this script (see find_offer). On a (re)load, the
+-- offers already published may have been taken by the script this one replaces.
+local spent_offers = 0
+pcall(function()
+  local text = read_file(horus.load_config().socket .. ".offers")
+  spent_offers = tonumber(string.match(text or "", "^version=(%d+);") or "") or 0
+end)
+
+-- horusd's replies name the newest offers version when they were sent: offers up to it are spent.
+function horus.note_offers_version(reply)
+  local version = reply and tonumber(reply.offers_version or "")
+  if version and version > spent_offers then spent_offers = version end
+end
 
 function horus.take_offer(job, submit_uid, env, conf)
   local socket_ok, socket = pcall(require, "socket")
   if not socket_ok then return nil end
   local job_class = horus.job_class(env, job.comment)
-  local offer, version = horus.find_offer(read_file(conf.socket .. ".offers"), job_class, socket.gettime(), conf)
-  if not offer or version == taken_version then return nil end
-  taken_version = version
+  local offer, version = horus.find_offer(read_file(conf.socket .. ".offers"), job_class, socket.gettime(), conf,
+    spent_offers)
+  if not offer then return nil end
+  spent_offers = tonumber(version)
   local token = horus.apply(job, offer)
   horus.tell(conf, json_value({ op = "claim", id = offer.id, uid = submit_uid, user = job.user_name }))
   return "placed " .. token .. " nodes=" .. offer.nodes .. " tres=" .. offer.tres .. " (offer " .. version .. ")"
@@ -473,6 +489,7 @@ function horus.submit(job, submit_uid)
   if not raw then return "unchanged: horusd " .. tostring(ask_err) end
   local reply, parse_err = horus.parse_reply(raw, conf)
   if not reply then return "unchanged: " .. tostring(parse_err) end
+  horus.note_offers_version(reply)
   if reply.action == "unchanged" then return "unchanged: " .. tostring(reply.reason or "horusd left it to slurm") end
   local token = horus.apply(job, reply)
   return "placed " .. token .. " nodes=" .. reply.nodes .. " tres=" .. reply.tres

@@ -79,9 +79,15 @@ SETTINGS = {
         Setting("refresh_s", _parse_positive_float, 2.0, "how often horusd re-reads sinfo/squeue"),
         Setting("refit_s", float, 3600.0,
                 "horusd refits the model from the history database this often (seconds; 0: never)"),
-        Setting("offers", _parse_bool, False,
-                "horusd publishes its next placement per job class and job_submit.lua takes them "
-                "without a round trip (opt-in: a job may land on a GPU an offer made stale)"),
+        Setting("offers", _parse_bool, True,
+                "horusd publishes its next placement per job class and job_submit.lua takes one "
+                "without a round trip (no: every GPU job asks horusd)"),
+        Setting("max_offer_age_s", _parse_positive_float, 3.0,
+                "job_submit.lua ignores offers older than this (horusd rewrites them every second)"),
+        Setting("max_state_age_s", _parse_positive_float, 60.0,
+                "job_submit.lua ignores a decision made on a cluster state older than this"),
+        Setting("handle_exclusive", _parse_bool, False, "job_submit.lua also places --exclusive jobs"),
+        Setting("handle_nodelist", _parse_bool, False, "job_submit.lua also places jobs with --nodelist"),
         Setting("max_jobs_per_gpu", int, 2, "most jobs that may share one GPU"),
         Setting("slowdown_limit", _parse_positive_float, 1.5,
                 "largest predicted slowdown a job may be given by sharing"),

@@ -1,5 +1,7 @@
 """horusd's Placer on hand-made cluster snapshots (no Slurm): ledger, bindings, classes, staleness."""
 
+import dataclasses
+
 import pytest
 
 from slurm_horus.interference import build_model
@@ -214,25 +216,145 @@ def test_offers_for_requested_classes_and_a_claim_records_the_offer():
     changes = []
     placer = make_placer()
     placer.on_change = lambda: changes.append(1)
-    assert placer.compute_offers() == {}  # nobody asked yet
+    assert placer.compute_offers() == ({}, placer.generation)  # nobody asked yet
     ask(placer, "lm-bs20")
     ask(placer)  # unknown class
-    offers = placer.compute_offers()
+    offers, generation = placer.compute_offers()
+    assert generation == placer.generation
     assert set(offers) == {"lm-bs20", "unknown"}
     offer = offers["lm-bs20"]
     assert offer["action"] == "place" and offer["id"] not in placer.ledger
     busy_before = placer.state.busy_gpus()
-    assert placer.claim({"id": offer["id"], "uid": 5})["id"] == offer["id"]
+    claimed = []
+    placer.on_claimed = lambda message, reply: claimed.append(reply["id"])
+    placer.claim({"id": offer["id"], "uid": 5})
+    assert changes and offer["id"] not in placer.ledger  # queued: applied by the next reader
+    placer.claim({"id": offer["id"]})  # spent
+    placer.claim({"id": "hbogus"})
+    next_offers, _ = placer.compute_offers()
+    assert claimed == [offer["id"]]
     assert offer["id"] in placer.ledger and placer.ledger[offer["id"]].uid == 5
-    assert placer.state.busy_gpus() == busy_before + 1 and changes
-    assert placer.claim({"id": offer["id"]}) is None  # spent
-    assert placer.claim({"id": "hbogus"}) is None
+    assert placer.state.busy_gpus() == busy_before + 1
+    assert placer.generation > generation  # the offers computed before the claim are void
     # the next offer for the class has moved on to another GPU
-    assert placer.compute_offers()["lm-bs20"]["gpulist"] != offer["gpulist"]
+    assert next_offers["lm-bs20"]["gpulist"] != offer["gpulist"]
+
+
+def test_a_decision_applies_the_queued_claims_first():
+    placer = make_placer(nodes=[node("n1", gpus=3)])
+    first = ask(placer, "lm-bs20")
+    offer = placer.compute_offers()[0]["lm-bs20"]
+    placer.claim({"id": offer["id"]})
+    reply = ask(placer, "resnet50-bs64")
+    assert offer["id"] in placer.ledger and reply["gpulist"] not in (offer["gpulist"], first["gpulist"])
 
 
 def test_no_offers_while_a_job_left_to_slurm_may_be_starting():
     jobs = [running(i, f"n{1 + i // 4}", [f"gpu:g{i % 4}:1(IDX:{i % 4})"]) for i in range(8)]
     placer = make_placer(jobs=jobs)
     ask(placer, "lm-bs20")  # full: left to Slurm
-    assert placer.left_to_slurm_since is not None and placer.compute_offers() == {}
+    assert placer.left_to_slurm_since is not None and placer.compute_offers()[0] == {}
+
+
+def test_a_pinned_job_still_pending_at_a_refresh_keeps_its_gpu():
+    # squeue shows the token while Slurm has not started the job yet: the ledger entry ends, so the
+    # reservation must come from the queue itself (this also survives a restart of horusd)
+    clock = Clock()
+    placer = make_placer(clock=clock, nodes=[node("n1", gpus=2)])
+    first = ask(placer, "resnet50-bs64")
+    token = (f"horus:{first['id']} mode={first['mode']} slowdown={first['slowdown']} class=resnet50-bs64 "
+             f"gpus={first['gpulist']}")
+    queued = running(7, "", [], admin_comment=token, state="PENDING")
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1", gpus=2)], [queued], taken_at=clock()))
+    assert placer.ledger == {}
+    assert placer.state.jobs["7"].gpus == (int(first["gpulist"].split(":")[1]),)
+    second = ask(placer, "resnet50-bs64")
+    assert second["gpulist"] != first["gpulist"]  # a free GPU, not the one the pending job will get
+
+
+def test_held_or_dependent_pending_jobs_reserve_nothing():
+    token = "horus:h1 mode=shareable slowdown=1.000 class=resnet50-bs64 gpus=n1:0"
+    held = dataclasses.replace(running(7, "", [], admin_comment=token, state="PENDING"), state_reason="JobHeldUser")
+    bogus = running(8, "", [], admin_comment="horus:h2 mode=shareable gpus=n9:0,n1:77", state="PENDING")
+    placer = make_placer(nodes=[node("n1", gpus=2)], jobs=[held, bogus])
+    assert placer.state.jobs == {}
+
+
+def read_offers(path):
+    header, *lines = path.read_text().splitlines()
+    return int(header.split(";")[0].split("=")[1]), dict(line.split("\t", 1) for line in lines)
+
+
+def offering_horusd(tmp_path, jobs=()):
+    from slurm_horus.config import load_config
+
+    config = load_config({"socket": str(tmp_path / "s.sock"), "offers": "yes"}, environ={})
+    horusd = Horusd(config, reader=FixedReader(Snapshot([node("n1"), node("n2")], list(jobs), taken_at=1e12)),
+                    predictor_factory=lambda kind: MODEL)
+    horusd.placer.clock = lambda: 1e12
+    horusd.refresh_once()
+    return horusd, tmp_path / "s.sock.offers"
+
+
+def test_a_decision_spends_the_offers_published_before_it(tmp_path):
+    horusd, offers_file = offering_horusd(tmp_path)
+    first = horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
+    assert horusd.publish_offers()
+    version, offers = read_offers(offers_file)
+    assert "lm-bs20" in offers and first["gpulist"] not in offers["lm-bs20"]
+    # job_submit.lua asks (a reply in key=value form): its reply names the newest version, which the
+    # Lua then never takes from; nothing is written on the decision path
+    lua = horusd.decide({"op": "place", "reply": "kv", "gpus_per_node": 1, "job_class": "resnet50-bs64"})
+    assert lua["action"] == "place" and lua["offers_version"] == version
+    assert read_offers(offers_file) == (version, offers)
+    # another client (horus-sbatch): the submissions that follow never see its reply, so the offers
+    # are withdrawn before the reply exists
+    other = horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "resnet50-bs64"})
+    withdrawn_version, withdrawn = read_offers(offers_file)
+    assert withdrawn == {} and withdrawn_version > version and other["action"] == "place"
+    assert horusd.publish_offers()
+    _version, fresh = read_offers(offers_file)
+    assert all(reply["gpulist"] not in fresh["lm-bs20"] for reply in (first, lua, other))
+
+
+def test_offers_computed_on_a_state_that_changed_meanwhile_are_not_written(tmp_path):
+    horusd, offers_file = offering_horusd(tmp_path)
+    horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
+    placer = horusd.placer
+    compute = placer.compute_offers
+
+    def compute_then_decision_lands():
+        computed = compute()
+        horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
+        return computed
+
+    placer.compute_offers = compute_then_decision_lands
+    before = offers_file.read_text() if offers_file.exists() else ""
+    assert horusd.publish_offers() is False
+    assert (offers_file.read_text() if offers_file.exists() else "") == before
+
+
+def test_offer_versions_grow_across_a_restart(tmp_path):
+    first, offers_file = offering_horusd(tmp_path)
+    first.publish_offers()
+    old_version, _ = read_offers(offers_file)
+    second, _ = offering_horusd(tmp_path)
+    second.publish_offers()
+    assert read_offers(offers_file)[0] > old_version
+
+
+def test_unclaimed_offers_are_forgotten_after_the_ledger_ttl():
+    clock = Clock()
+    placer = make_placer(clock=clock)
+    ask(placer, "lm-bs20")
+    first, _ = placer.compute_offers()
+    for _ in range(50):
+        placer.compute_offers()
+    assert len(placer.offered) == 51
+    clock.now += placer.ledger_ttl_s + 1
+    latest, _ = placer.compute_offers()
+    assert list(placer.offered) == [latest["lm-bs20"]["id"]]
+    placer.claim({"id": first["lm-bs20"]["id"]})
+    placer.compute_offers()
+    assert first["lm-bs20"]["id"] not in placer.ledger  # too old to be claimed

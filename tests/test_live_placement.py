@@ -104,7 +104,7 @@ def test_job_lands_where_horusd_decided_and_sees_that_gpu(clean):
                       r"gpus=n\d:\d", comment)
     assert token, comment
     decision_line = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
-                     if "class=resnet50-bs64" in line and "action=place" in line][-1]
+                     if "class=resnet50-bs64" in line and re.search("action=(place|claim)", line)][-1]
     decided = re.search(r"nodes=(\S+) tres=gres:shard:g(\d+):1", decision_line)
     assert decided, decision_line
     assert node == decided.group(1) and held["shard"] == [int(decided.group(2))]
@@ -352,3 +352,35 @@ def test_decisions_land_in_the_history_database_and_a_stored_model_is_used_after
         time.sleep(0.2)
     assert f"using stored model {model_id} (chain" in log.read_text()
 
+
+
+def test_second_job_of_a_class_takes_horusds_published_offer_without_a_round_trip(clean):
+    first = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs32"], FILLER)
+    wait_running(clean, [first])
+    time.sleep(0.5)  # horusd republishes its offers after the decision
+    second = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs32"], REPORT)
+    wait_running(clean, [second])
+    log_lines = (clean.root / "log" / "slurmctld.log").read_text().splitlines()
+    offer_line = [line for line in log_lines if "(offer " in line][-1]
+    token = re.search(r"placed (horus:(\S+) .*) nodes=(\S+) tres=gres:shard:g(\d+):1 \(offer", offer_line)
+    assert token, offer_line
+    node, comment, held = detail(clean, second)
+    assert f"horus:{token.group(2)} " in comment + " "
+    assert node == token.group(3) and held["shard"] == [int(token.group(4))]
+    assert f"GDO={token.group(4)}" in wait_output(clean, second, "GDO=")
+    # the offer was made after the first decision: the two jobs are on different GPUs
+    first_node, _, first_held = detail(clean, first)
+    assert (first_node, first_held["shard"]) != (node, held["shard"])
+    horusd_log = (clean.root / "log" / "horusd.log").read_text()
+    assert f"offer {token.group(2)} taken" in horusd_log  # horusd recorded the claim
+
+
+def test_a_burst_of_one_class_spreads_over_the_free_gpus(clean):
+    # back to back, faster than horusd refreshes: offers, claims, withdrawals, round trips and the
+    # ledger together must still give eight jobs eight different GPUs
+    jobs = [clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs64"], FILLER) for _ in range(8)]
+    wait_running(clean, jobs)
+    placed = [detail(clean, job) for job in jobs]
+    assert all("horus:" in comment for _node, comment, _held in placed)
+    gpus = {(node, tuple(held["shard"])) for node, _comment, held in placed}
+    assert len(gpus) == 8, placed

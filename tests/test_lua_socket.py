@@ -78,3 +78,79 @@ def test_reconnects_after_a_restart_and_fails_open_when_gone(paths):
         lua.wait(10)
         if front is not None:
             front.stop()
+
+
+SUBMITTER = r"""
+slurm = {SUCCESS = 0, log_info = function(fmt, ...) print(string.format(fmt, ...)) io.stdout:flush() end}
+dofile(arg[1])
+for line in io.lines() do
+  local job = {tres_per_node = "gres:gpu:1", comment = "class=" .. line, user_name = "u", name = "j"}
+  slurm_job_submit(job, {}, 1000)
+  print("comment " .. tostring(job.admin_comment))
+  io.stdout:flush()
+end
+"""
+
+PLACED = {"ok": True, "action": "place", "nodes": ["n1"], "tres": "gres:shard:g0:1", "mode": "shareable",
+          "slowdown": 1.0, "class": "lm-bs20", "gpulist": "n1:0", "age": 0.1}
+
+
+def write_offers(path, version, offer_id):
+    import time
+
+    from slurm_horus.service.lua_twin import encode_kv_reply
+
+    offer = encode_kv_reply({**PLACED, "id": offer_id, "tres": "gres:shard:g3:1", "gpulist": "n1:3"})
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as out:
+        out.write(f"version={version};generated={time.time():.3f}\nlm-bs20\t{offer}\n")
+    os.replace(tmp, path)
+
+
+def test_one_offer_per_version_and_none_older_than_horusds_last_reply(paths, tmp_path):
+    script, _driver, sock = paths
+    submitter = tmp_path / "submit.lua"
+    submitter.write_text(SUBMITTER)
+    conf = tmp_path / "horus.conf"
+    conf.write_text(f"socket = {sock}\ntimeout_ms = 2000\n")
+    offers = f"{sock}.offers"
+    write_offers(offers, 100, "hold")  # published before this script was loaded: maybe taken already
+    seen = []
+    versions_in_replies = iter([100, 101, 102, 102])  # what horusd had published when it replied
+
+    def decide(message):
+        seen.append(message)
+        if message.get("op") == "claim":
+            return None
+        return {**PLACED, "id": f"hask{len(seen)}", "offers_version": next(versions_in_replies)}
+
+    front = Frontend(decide, sock)
+    front.start()
+    lua = subprocess.Popen([LUA, submitter, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "HORUS_CONFIG": str(conf)})
+
+    def submit():
+        lua.stdin.write("lm-bs20\n")
+        lua.stdin.flush()
+        while True:
+            line = lua.stdout.readline()
+            assert line, "the Lua script ended"
+            if line.startswith("comment "):
+                return line.split()[1]
+
+    try:
+        assert submit() == "horus:hask1"  # version 100 may be spent: ask
+        write_offers(offers, 101, "h101")
+        assert submit() == "horus:h101"  # taken without asking; the claim follows on the connection
+        assert submit() == "horus:hask3"  # version 101 is spent: ask
+        assert submit() == "horus:hask4"  # still spent; this reply names version 102 ...
+        write_offers(offers, 102, "h102")
+        assert submit() == "horus:hask5"  # ... so that one, computed before the decision, is spent too
+        write_offers(offers, 103, "h103")
+        assert submit() == "horus:h103"
+    finally:
+        lua.stdin.close()
+        lua.wait(10)
+        front.stop()
+    assert [m["op"] for m in seen] == ["place", "claim", "place", "place", "place", "claim"]
+    assert seen[1]["id"] == "h101" and seen[5]["id"] == "h103"

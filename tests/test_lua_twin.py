@@ -81,7 +81,7 @@ JOBS = [
 
 CONFIGS = [
     "",
-    "offers = yes\n",
+    "offers = no\nmax_offer_age_s = 10\n",
     "socket = /tmp/h.sock\ntimeout_ms = 250\n",
     "handle_exclusive = yes\nhandle-nodelist=1  # comment\n",
     "max_state_age_s = 5\npolicy = sjf\nbogus line\n",
@@ -312,15 +312,17 @@ OFFERS = (
 )
 
 
+@pytest.mark.parametrize("spent", [0, 6, 7, 1795323915191])
 @pytest.mark.parametrize("text, job_class, now", [
     (OFFERS, "lm-bs20", 1001.0), (OFFERS, "unknown", 1001.0), (OFFERS, "bad", 1001.0),
     (OFFERS, "a3c", 1001.0), (OFFERS, "lm-bs20", 1100.0), ("", "lm-bs20", 1001.0),
     ("garbage", "lm-bs20", 1001.0), ("version=x;generated=1\nlm-bs20\tok=1", "lm-bs20", 1001.0),
+    (OFFERS.replace("version=7;", "version=1795323915192;"), "lm-bs20", 1001.0),
 ])
-def test_find_offer_twin(lua, text, job_class, now):
+def test_find_offer_twin(lua, text, job_class, now, spent):
     horus = lua.globals().HORUS
-    lua_offer, lua_version = pair(horus.find_offer(text, job_class, now, horus.parse_config("")))
-    py_offer, py_version = lua_twin.find_offer(text, job_class, now, lua_twin.parse_config(""))
+    lua_offer, lua_version = pair(horus.find_offer(text, job_class, now, horus.parse_config(""), spent))
+    py_offer, py_version = lua_twin.find_offer(text, job_class, now, lua_twin.parse_config(""), spent)
     assert normalize(from_lua(lua_offer)) == normalize(py_offer)
     assert lua_version == py_version
 
@@ -331,3 +333,30 @@ def test_find_offer_means_what_it_says():
     assert version == "7" and offer["tres"] == "gres:shard:g2:1" and offer["id"] == "h1"
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1100.0, conf) == (None, "stale offers")
     assert lua_twin.find_offer(OFFERS, "bad", 1001.0, conf) == (None, "bad nodes")
+    assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, spent=7) == (None, "offers spent")
+    assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, spent=6)[1] == "7"
+
+
+def test_every_setting_the_lua_reads_is_a_site_setting_with_the_same_default(lua):
+    # one site file serves horusd and job_submit.lua: a key the Lua knows must not be an error for
+    # `horus serve`, and both must mean the same thing when it is absent
+    from slurm_horus.config import SETTINGS
+
+    lua_defaults = normalize(from_lua(lua.eval("HORUS.DEFAULTS")))
+    assert lua_defaults == lua_twin.DEFAULTS
+    for name, default in lua_defaults.items():
+        assert name in SETTINGS, name
+        assert SETTINGS[name].default == default, name
+
+
+def test_the_shipped_site_file_reads_the_same_in_lua_and_in_horus(lua, tmp_path):
+    from slurm_horus.config import load_config
+
+    text = resource_path("hpc_configs", "horus.conf").read_text()
+    path = tmp_path / "horus.conf"
+    path.write_text(text)
+    site = load_config({}, environ={"HORUS_CONFIG": str(path)})  # an unknown key would raise here
+    lua_conf = normalize(from_lua(lua.globals().HORUS.parse_config(text)))
+    assert lua_conf == normalize(lua_twin.parse_config(text))
+    for name, value in lua_conf.items():
+        assert normalize(getattr(site, name)) == value, name

@@ -20,6 +20,7 @@ from ..slurm.runner import run_slurm
 from .daemon import Placer, Snapshot, unchanged
 from .history import History
 from .lua_twin import encode_kv_reply
+from .threads import run_in_background
 from .server import Frontend
 
 log = logging.getLogger("horusd")
@@ -28,6 +29,16 @@ OFFER_DELAY_S = 0.003
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
+
+
+def _offers_version_in(path):
+    """The version of an offers file left by an earlier horusd (0 if none or unreadable)."""
+    try:
+        with open(path) as existing:
+            header = existing.readline()
+        return int(header.split(";")[0].split("=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 class SlurmReader:
@@ -101,9 +112,14 @@ class Horusd:
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
         self.placer.on_left_to_slurm = self.wake.set
         self.offers_changed = threading.Event()
-        self.placer.on_change = self.offers_changed.set
+        self.placer.on_change = self.state_changed
+        self.placer.on_claimed = self.claimed
         self.offers_path = config.socket + ".offers"
-        self.offers_version = 0
+        # versions only grow, across restarts too: job_submit.lua takes one offer per version, and
+        # a horusd that restarts must not reuse a version a slurmctld has already taken from
+        self.offers_version = max(int(time.time() * 1000), _offers_version_in(self.offers_path))
+        self.offers_live = False  # the offers file holds offers (not only a header)
+        self._offers_file = threading.Lock()
         self.refresh_errors = 0
         self.refresh_interval = config.refresh_s
         self._refresher = None
@@ -120,9 +136,7 @@ class Horusd:
         if op == "confirm":
             return self.placer.confirm(message)
         if op == "claim":
-            claimed = self.placer.claim(message)
-            if claimed is not None:
-                self.history.record({"op": "place", "user": message.get("user")}, claimed)
+            self.placer.claim(message)
             return None  # a notification: nothing is sent back
         if op != "place":
             return {"ok": False, "error": f"unknown op {op!r}"}
@@ -132,7 +146,32 @@ class Horusd:
         started = time.perf_counter()
         reply = placer.place(message)
         self._decision_ms = (time.perf_counter() - started) * 1000
+        if self.config.offers and not message.get("dry_run"):
+            self._spend_offers(message, reply)
         return reply
+
+    def claimed(self, message, offer):
+        """A claim was recorded (by whichever thread read the state next): history row and log line."""
+        self.history.record({"op": "place", "user": message.get("user")}, offer)
+        log.info("horus: decision user=%s class=%s action=claim nodes=%s tres=%s slowdown=%s: offer %s taken",
+                 message.get("user"), offer.get("class"), ",".join(offer.get("nodes") or ()), offer.get("tres"),
+                 offer.get("slowdown"), offer.get("id"))
+
+    def _spend_offers(self, message, reply):
+        """Offers published before this decision do not know it: none may be taken after its reply.
+
+        job_submit.lua runs one submission at a time and learns from the reply which offers version
+        is spent (``offers_version``), which costs nothing here. Any other client (horus-sbatch) is
+        followed by submissions that never saw its reply: for those the offers are withdrawn now.
+        Read under the file lock: a publish in progress (computed before this decision) is spent too.
+        """
+        if message.get("reply") == "kv":
+            with self._offers_file:
+                reply["offers_version"] = self.offers_version
+        elif reply.get("action") == "place":
+            with self._offers_file:
+                if self.offers_live:
+                    self._write_offers({})
 
     def after_reply(self, message, reply):
         """Called by the front once the reply is sent: the log line and the history row wait until
@@ -149,17 +188,43 @@ class Horusd:
         """Write the next placement per job class where job_submit.lua reads it (atomically).
 
         Line 1: ``version=N;generated=EPOCH``; then ``CLASS<TAB>key=value;...`` (the reply format).
-        The Lua takes at most one offer per version, so two jobs never get the same offer.
+        The Lua takes at most one offer per version, so two jobs never get the same offer. Offers
+        computed on a state that changed meanwhile are not written: that change withdrew the
+        published ones and asked for new ones.
         """
-        offers = self.placer.compute_offers() if self.config.offers else {}
+        placer = self.placer
+        offers, generation = placer.compute_offers() if self.config.offers else ({}, placer.generation)
+        with self._offers_file:
+            if generation != placer.generation:
+                return False
+            self._write_offers(offers)
+        return True
+
+    def state_changed(self):
+        """The placer's state changed (a decision, a claim, a refresh): new offers a few ms later.
+        A publish already computing on the old state will not write (see publish_offers)."""
+        self.offers_changed.set()
+
+    def _write_offers(self, offers):
+        """Caller holds ``_offers_file``."""
         self.offers_version += 1
         lines = [f"version={self.offers_version};generated={time.time():.3f}"]
         lines += [f"{job_class}\t{encode_kv_reply(reply)}" for job_class, reply in sorted(offers.items())]
         tmp = f"{self.offers_path}.tmp"
-        with open(tmp, "w") as out:
-            out.write("\n".join(lines) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.offers_path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.fchmod(fd, 0o644)  # slurmctld's user reads it, whatever our umask
+            os.write(fd, ("\n".join(lines) + "\n").encode())
+        finally:
+            os.close(fd)
+        # unlink, then rename: renaming over an existing file makes ext4 flush the new one first
+        # (auto_da_alloc), 4x the cost. Meanwhile a reader finds no file, i.e. no offer: it asks.
+        try:
+            os.unlink(self.offers_path)
+        except FileNotFoundError:
+            pass
+        os.rename(tmp, self.offers_path)
+        self.offers_live = bool(offers)
 
     def _offers_loop(self):
         while not self.stopping.is_set():
@@ -169,6 +234,7 @@ class Horusd:
             # the submission that caused this is still in slurmctld and sbatch: let it finish
             # before taking the CPU (this VM has two), and fold a burst into one recomputation
             time.sleep(OFFER_DELAY_S)
+            self.placer.apply_claims()  # before clearing: recording them signals a change again
             self.offers_changed.clear()
             try:
                 self.publish_offers()
@@ -206,10 +272,13 @@ class Horusd:
         placer = build_placer(config, self.predictor_factory, self.history)
         old = self.placer
         placer.on_left_to_slurm = self.wake.set
-        placer.on_change = self.offers_changed.set
+        placer.on_change = self.state_changed
+        placer.on_claimed = self.claimed
         with old.lock:
+            old._apply_claims()
             placer.requested_classes = set(old.requested_classes)
-            placer.offered = dict(old.offered)  # a claim may arrive for an offer made before the reload
+            placer.offered = old.offered.copy()  # a claim may arrive for an offer made before the reload
+            placer.claims = old.claims  # one queue: a claim sent to the old placer meanwhile is not lost
             placer.ledger = dict(old.ledger)
         self.config = config
         try:
@@ -229,9 +298,8 @@ class Horusd:
             log.warning("horus: first refresh failed, answering 'unchanged' until Slurm answers: %s", exc)
         self.history.start()
         self.frontend.start()
-        self._refresher = threading.Thread(target=self._refresh_loop, daemon=True)
-        self._refresher.start()
-        threading.Thread(target=self._offers_loop, name="horusd-offers", daemon=True).start()
+        self._refresher = run_in_background(self._refresh_loop, "horusd-refresh")
+        run_in_background(self._offers_loop, "horusd-offers")
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 

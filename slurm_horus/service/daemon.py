@@ -5,7 +5,9 @@ The decision path reads memory only: a background thread re-reads ``sinfo --json
 the configured policy of the placement core (the very code the simulator measures) on that state
 and records itself in the **ledger**, so that a burst of submissions between two refreshes does not
 pile onto one GPU. A ledger entry lives until squeue shows the job that carries its ``horus:<id>``
-token in admin_comment (or until it expires: the job may have been rejected by Slurm).
+token in admin_comment (or until it expires: the job may have been rejected by Slurm); from then on
+the queue itself holds the job on its GPUs, the token's ``gpus=`` while it is pending (Slurm starts
+it there), ``gres_detail`` once it runs.
 
 Job classes: from the hints (``HORUS_CLASS``, or ``HORUS_MODEL`` + ``HORUS_BATCH_SIZE``), the
 request's ``job_class`` (horus-sbatch), or ``class=NAME`` in the job comment. A job of unknown
@@ -17,13 +19,14 @@ import re
 import threading
 import time
 import uuid
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional
 
 from ..placement.framework import SchedulingContext
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
-from ..tokens import gpu_list, parse_horus_tokens
+from ..tokens import gpu_list, parse_gpu_list, parse_horus_tokens
 from .lua_twin import gpu_request
 
 log = logging.getLogger("horusd")
@@ -33,6 +36,8 @@ MAX_OFFER_CLASSES = 64
 RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
 _CLASS_IN_COMMENT = re.compile(r"(?:^|[\s,;])(?:horus_)?class=([A-Za-z0-9_.\-]+)")
 _SAFE_CLASS = re.compile(r"^[A-Za-z0-9_.\-]+$")
+# squeue's state_reason of pending jobs that will not start soon (held, waiting on a job or a time)
+_NOT_STARTING_SOON = ("JobHeld", "Dependency", "BeginTime")
 
 
 def job_class_of(message):
@@ -111,7 +116,11 @@ class Placer:
         self.on_left_to_slurm = None  # callback: ask the refresher for an early refresh
         self.on_change = None  # callback: state changed (a decision, a claim, a refresh): republish offers
         self.requested_classes = set()  # classes that asked before: they get offers
-        self.offered = {}  # offer id -> (JobRequest, Decision, reply, made at), until claimed or stale
+        # offer id -> (JobRequest, Decision, reply, made at), oldest first, until claimed or stale
+        self.offered: "OrderedDict[str, tuple]" = OrderedDict()
+        self.generation = 0  # counts changes of the state: offers computed on an older one are void
+        self.claims = deque()  # offers job_submit.lua took, not applied yet (see claim)
+        self.on_claimed = None  # callback(claim message, offer reply) once a claim is recorded
         self.decisions = 0
 
     # ---- state ----------------------------------------------------------------------------------
@@ -128,18 +137,22 @@ class Placer:
         seen_tokens = set()
         pending = pending_gpus = 0
         for job in snapshot.jobs:
-            decision_id, _fields = parse_horus_tokens(job.admin_comment)
+            decision_id, fields = parse_horus_tokens(job.admin_comment)
             if decision_id:
                 seen_tokens.add(decision_id)
             if job.state == "PENDING":
                 pending += 1
                 pending_gpus += sum(item.count for item in job.gres_requested if item.name == "gpu")
+                reserved = self._pinned_pending_job(state, job, fields, snapshot.taken_at)
+                if reserved is not None:
+                    state.place(reserved)
             if job.state not in RUNNING_STATES:
                 continue
             running = self._running_job_from_queue(state, job, snapshot.taken_at)
             if running is not None:
                 state.place(running)
         with self.lock:
+            self._apply_claims()  # into the old state and the ledger, which carries them over
             now = self.clock()
             for decision_id in list(self.ledger):
                 entry = self.ledger[decision_id]
@@ -149,13 +162,14 @@ class Placer:
                 if all(g < state.n_gpus for g in entry.job.gpus):
                     state.place(RunningJob(**{**entry.job.__dict__, "class_id": -1}))
             self.state = state
+            self.generation += 1
             self.snapshot_time = snapshot.taken_at
             self.pending_jobs = pending
+            self.pending_gpus = pending_gpus
             if self.left_to_slurm_since is not None and snapshot.taken_at > self.left_to_slurm_since:
                 self.left_to_slurm_since = None
         if self.on_change is not None:
             self.on_change()
-            self.pending_gpus = pending_gpus
 
     def _running_job_from_queue(self, state, job, now):
         gpus = []
@@ -174,6 +188,27 @@ class Placer:
         end = float(job.end_time) if job.end_time else now + 3600.0
         return RunningJob(str(job.job_id), job_class, tuple(sorted(set(gpus))), float(job.start_time or now),
                           end, exclusive=holds_whole_gpu, user=job.user, partition=job.partition)
+
+    def _pinned_pending_job(self, state, job, fields, now):
+        """A queued job that a decision pinned (its token's ``gpus=``) holds those GPUs in our state
+        until it runs: Slurm starts it there, and squeue showing its token has ended its ledger entry.
+        Held or dependent jobs may wait for hours: they reserve nothing."""
+        if not fields.get("gpus") or job.state_reason.startswith(_NOT_STARTING_SOON):
+            return None
+        gpus = []
+        for node_name, indices in parse_gpu_list(fields["gpus"]):
+            node_id = state.node_ids.get(node_name)
+            if node_id is None:
+                return None
+            node = state.nodes[node_id]
+            if any(i >= node.n_gpus for i in indices):
+                return None
+            gpus.extend(node.first_gpu + i for i in indices)
+        if not gpus:
+            return None
+        limit_s = job.time_limit * 60.0 if job.time_limit else 3600.0
+        return RunningJob(str(job.job_id), self._class_of_running(job), tuple(sorted(set(gpus))), now, now + limit_s,
+                          exclusive=fields.get("mode") == "exclusive", user=job.user, partition=job.partition)
 
     def _class_of_running(self, job):
         _decision_id, fields = parse_horus_tokens(job.admin_comment)
@@ -195,6 +230,7 @@ class Placer:
             self.requested_classes.add(job_class)
         may_share = job_class != UNKNOWN_CLASS or self.share_unknown
         with self.lock:
+            self._apply_claims()
             state = self.state
             if state is None:
                 return unchanged("no cluster state yet")
@@ -237,6 +273,7 @@ class Placer:
         running = self.policy.running_job(req, decision, self.clock())
         running.exclusive = reply["mode"] == "exclusive"  # whole GPUs: nobody may join
         state.place(running)
+        self.generation += 1
         self.ledger[reply["id"]] = LedgerEntry(
             reply["id"], running, self.clock() + self.ledger_ttl_s, uid=uid,
             token_fields={k: reply[k] for k in ("mode", "slowdown", "class", "gpulist")})
@@ -246,40 +283,57 @@ class Placer:
 
     # ---- offers: the next placement of a 1-GPU job of each class, for job_submit.lua ----------
     def compute_offers(self):
-        """{class: reply} of where a 1-GPU job of each recently requested class would go now.
+        """({class: reply}, generation): where a 1-GPU job of each recently requested class would go
+        now, and the state generation they were computed on (publish them only if it is still current).
 
         Not recorded: job_submit.lua takes one offer per published version and then *claims* it
         (:meth:`claim`), which records it; every other offer of that version is dead for it.
         """
         with self.lock:
+            self._apply_claims()
+            generation = self.generation
             if self.state is None or self.left_to_slurm_since is not None:
-                return {}
+                return {}, generation
             classes = list(self.requested_classes)
-            now = self.clock()
-            for offer_id in [i for i, o in self.offered.items() if o[3] < now - self.ledger_ttl_s]:
-                del self.offered[offer_id]
+            oldest_kept = self.clock() - self.ledger_ttl_s
+            # every publish adds one offer per class: drop from the old end, never scan them all
+            while self.offered and next(iter(self.offered.values()))[3] < oldest_kept:
+                self.offered.popitem(last=False)
         offers = {}
         for job_class in classes:
             reply = self.place({"op": "place", "gpus_per_node": 1, "num_nodes": 1, "job_class": job_class,
                                 "offer": True}, record=False)
             if reply.get("action") == "place" and reply.get("binding") != "node":
                 offers[job_class] = reply
-        return offers
+        return offers, generation
 
     def claim(self, message):
-        """job_submit.lua applied an offer: record it as if it had been asked. Returns the offer's reply
-        for the history (the client gets no answer: it does not wait)."""
-        offer_id = str(message.get("id") or "")
+        """job_submit.lua applied an offer (it does not wait for an answer). Queued, not applied yet:
+        recording it, and what follows (history row, log line, new offers), would take the CPU from
+        the submission still in flight. Whatever reads the state next applies the queued claims first."""
+        self.claims.append(message)
+        if self.on_change is not None:
+            self.on_change()
+
+    def apply_claims(self):
         with self.lock:
+            self._apply_claims()
+
+    def _apply_claims(self):
+        """Record the queued claims as if they had been asked (caller holds the lock)."""
+        while self.claims:
+            message = self.claims.popleft()
+            offer_id = str(message.get("id") or "")
             found = self.offered.pop(offer_id, None)
             if found is None or self.state is None or offer_id in self.ledger:
                 log.warning("horus: claim of unknown or spent offer %s", offer_id)
-                return None
+                continue
             req, decision, reply, _made = found
             if not all(g < self.state.n_gpus for g in decision.gpu_ids):
-                return None
+                continue
             self._record(self.state, req, decision, reply, _int_or_none(message.get("uid")))
-        return reply
+            if self.on_claimed is not None:
+                self.on_claimed(message, reply)
 
     def confirm(self, message):
         """job_submit.lua asks whether a horus-sbatch decision is ours; the reply carries its token fields."""
@@ -295,6 +349,7 @@ class Placer:
 
     def _left_to_slurm(self):
         self.left_to_slurm_since = self.clock()
+        self.generation += 1
         if self.on_left_to_slurm is not None:
             self.on_left_to_slurm()
         if self.on_change is not None:

@@ -10,6 +10,8 @@ import queue
 import threading
 import time
 
+from .threads import run_in_background
+
 log = logging.getLogger("horusd")
 
 _STOP = object()
@@ -104,8 +106,7 @@ class History:
             self.on_refit()
 
     def start(self):
-        self._thread = threading.Thread(target=self._run, name="horusd-history", daemon=True)
-        self._thread.start()
+        self._thread = run_in_background(self._run, "horusd-history")
 
     def stop(self, timeout=5.0):
         self._stopping.set()

@@ -17,12 +17,12 @@ NO_VAL16 = 65534
 DEFAULTS = {
     "socket": "/run/horus/horusd.sock",
     "timeout_ms": 100,
-    "max_offer_age_s": 10,
+    "max_offer_age_s": 3,
     "disable_file": "/etc/horus/disabled",
     "max_state_age_s": 60,
     "handle_exclusive": False,
     "handle_nodelist": False,
-    "offers": False,
+    "offers": True,
 }
 _BOOLEAN = {"handle_exclusive", "handle_nodelist", "offers"}
 _NUMBER = {"timeout_ms", "max_state_age_s", "max_offer_age_s"}
@@ -247,8 +247,10 @@ def encode_kv_reply(reply):
     return ";".join(parts)
 
 
-def find_offer(text, job_class, now, conf):
-    """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why)."""
+def find_offer(text, job_class, now, conf, spent=0):
+    """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why).
+    Versions up to ``spent`` may not be taken (job_submit.lua: the one it took, or the one horusd's
+    last reply named)."""
     if not isinstance(text, str) or text == "":
         return None, "no offers"
     header, sep, rest = text.partition("\n")
@@ -260,6 +262,8 @@ def find_offer(text, job_class, now, conf):
         return None, "malformed offers"
     if now - float(generated.group(1)) > conf["max_offer_age_s"]:
         return None, "stale offers"
+    if int(version.group(1)) <= (spent or 0):
+        return None, "offers spent"
     for line in rest.split("\n"):
         match = re.match(r"^([^\t]+)\t(.*)\Z", line, re.S)
         if match and match.group(1) == job_class:
