@@ -360,19 +360,19 @@ def test_second_job_of_a_class_takes_horusds_published_offer_without_a_round_tri
     time.sleep(0.5)  # horusd republishes its offers after the decision
     second = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet50-bs32"], REPORT)
     wait_running(clean, [second])
-    log_lines = (clean.root / "log" / "slurmctld.log").read_text().splitlines()
-    offer_line = [line for line in log_lines if "(offer " in line][-1]
-    token = re.search(r"placed (horus:(\S+) .*) nodes=(\S+) tres=gres:shard:g(\d+):1 \(offer", offer_line)
-    assert token, offer_line
     node, comment, held = detail(clean, second)
-    assert f"horus:{token.group(2)} " in comment + " "
-    assert node == token.group(3) and held["shard"] == [int(token.group(4))]
-    assert f"GDO={token.group(4)}" in wait_output(clean, second, "GDO=")
+    decision_id = re.search(r"horus:(h[0-9a-f]+) ", comment + " ").group(1)
+    lua_line = [line for line in (clean.root / "log" / "slurmctld.log").read_text().splitlines()
+                if f"placed horus:{decision_id} " in line][-1]
+    taken = re.search(r"nodes=(\S+) tres=gres:shard:g(\d+):1 \(offer \d+\)", lua_line)
+    assert taken, lua_line  # no round trip: the published offer was taken
+    assert node == taken.group(1) and held["shard"] == [int(taken.group(2))]
+    assert f"GDO={taken.group(2)}" in wait_output(clean, second, "GDO=")
     # the offer was made after the first decision: the two jobs are on different GPUs
     first_node, _, first_held = detail(clean, first)
     assert (first_node, first_held["shard"]) != (node, held["shard"])
     horusd_log = (clean.root / "log" / "horusd.log").read_text()
-    assert f"offer {token.group(2)} taken" in horusd_log  # horusd recorded the claim
+    assert f"offer {decision_id} taken" in horusd_log  # horusd recorded the claim
 
 
 def test_a_burst_of_one_class_spreads_over_the_free_gpus(clean):
