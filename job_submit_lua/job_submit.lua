@@ -214,14 +214,16 @@ function horus.job_class(env, comment)
 end
 
 -- horusd publishes, beside its socket, where a 1-GPU job of each class would go now:
---   version=N;generated=EPOCH
+--   version=N;claimed=ID;generated=EPOCH   (claimed: the last claim horusd had recorded)
 --   CLASS<TAB>key=value;... (the reply format)
 -- Taking an offer spares the round trip to horusd. Versions only grow. ``spent`` is the newest
 -- version this script may no longer take from: the one it took an offer from (two jobs must not get
 -- the same GPU from one snapshot), or the one horusd's last reply named (offers computed before that
--- decision do not know it). The claim tells horusd to record the offer taken.
+-- decision do not know it). The claim tells horusd to record the offer taken; until the header
+-- shows that claim recorded (``awaiting``: the id of the offer taken last), no offer is taken:
+-- one computed before the claim arrived would not know that GPU is taken.
 -- Returns the offer (a parsed reply) and its version, or nil and why.
-function horus.find_offer(text, job_class, now, conf, spent)
+function horus.find_offer(text, job_class, now, conf, spent, awaiting)
   if type(text) ~= "string" or text == "" then return nil, "no offers" end
   local header, rest = string.match(text, "^([^\n]*)\n(.*)$")
   if not header then return nil, "no offers" end
@@ -230,6 +232,7 @@ function horus.find_offer(text, job_class, now, conf, spent)
   if not version or not generated then return nil, "malformed offers" end
   if now - generated > conf.max_offer_age_s then return nil, "stale offers" end
   if tonumber(version) <= (spent or 0) then return nil, "offers spent" end
+  if awaiting and string.match(header, ";claimed=([%w%-_]*);") ~= awaiting then return nil, "claim not seen yet" end
   for line in string.gmatch(rest, "[^\n]+") do
     local class, kv = string.match(line, "^([^\t]+)\t(.*)$")
     if class == job_class then
@@ -444,10 +447,14 @@ pcall(function()
   spent_offers = tonumber(string.match(text or "", "^version=(%d+);") or "") or 0
 end)
 
+local awaiting_claim = nil -- the offer this script took last, until horusd shows the claim recorded
+
 -- horusd's replies name the newest offers version when they were sent: offers up to it are spent.
+-- A reply also means horusd read the claim sent before the request on the same connection.
 function horus.note_offers_version(reply)
   local version = reply and tonumber(reply.offers_version or "")
   if version and version > spent_offers then spent_offers = version end
+  awaiting_claim = nil
 end
 
 function horus.take_offer(job, submit_uid, env, conf)
@@ -455,9 +462,10 @@ function horus.take_offer(job, submit_uid, env, conf)
   if not socket_ok then return nil end
   local job_class = horus.job_class(env, job.comment)
   local offer, version = horus.find_offer(read_file(conf.socket .. ".offers"), job_class, socket.gettime(), conf,
-    spent_offers)
+    spent_offers, awaiting_claim)
   if not offer then return nil end
   spent_offers = tonumber(version)
+  awaiting_claim = offer.id
   local token = horus.apply(job, offer)
   horus.tell(conf, json_value({ op = "claim", id = offer.id, uid = submit_uid, user = job.user_name }))
   return "placed " .. token .. " nodes=" .. offer.nodes .. " tres=" .. offer.tres .. " (offer " .. version .. ")"

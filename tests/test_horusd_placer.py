@@ -1,6 +1,7 @@
 """horusd's Placer on hand-made cluster snapshots (no Slurm): ledger, bindings, classes, staleness."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -216,10 +217,10 @@ def test_offers_for_requested_classes_and_a_claim_records_the_offer():
     changes = []
     placer = make_placer()
     placer.on_change = lambda: changes.append(1)
-    assert placer.compute_offers() == ({}, placer.generation)  # nobody asked yet
+    assert placer.compute_offers() == ({}, placer.generation, "")  # nobody asked yet
     ask(placer, "lm-bs20")
     ask(placer)  # unknown class
-    offers, generation = placer.compute_offers()
+    offers, generation, _last_claim = placer.compute_offers()
     assert generation == placer.generation
     assert set(offers) == {"lm-bs20", "unknown"}
     offer = offers["lm-bs20"]
@@ -231,8 +232,8 @@ def test_offers_for_requested_classes_and_a_claim_records_the_offer():
     assert changes and offer["id"] not in placer.ledger  # queued: applied by the next reader
     placer.claim({"id": offer["id"]})  # spent
     placer.claim({"id": "hbogus"})
-    next_offers, _ = placer.compute_offers()
-    assert claimed == [offer["id"]]
+    next_offers, _, last_claim = placer.compute_offers()
+    assert claimed == [offer["id"]] and last_claim == offer["id"]
     assert offer["id"] in placer.ledger and placer.ledger[offer["id"]].uid == 5
     assert placer.state.busy_gpus() == busy_before + 1
     assert placer.generation > generation  # the offers computed before the claim are void
@@ -283,6 +284,7 @@ def test_held_or_dependent_pending_jobs_reserve_nothing():
 
 def read_offers(path):
     header, *lines = path.read_text().splitlines()
+    assert re.match(r"^version=\d+;claimed=[\w-]*;generated=\d+\.\d+$", header), header
     return int(header.split(";")[0].split("=")[1]), dict(line.split("\t", 1) for line in lines)
 
 
@@ -348,13 +350,26 @@ def test_unclaimed_offers_are_forgotten_after_the_ledger_ttl():
     clock = Clock()
     placer = make_placer(clock=clock)
     ask(placer, "lm-bs20")
-    first, _ = placer.compute_offers()
+    first = placer.compute_offers()[0]
     for _ in range(50):
         placer.compute_offers()
     assert len(placer.offered) == 51
     clock.now += placer.ledger_ttl_s + 1
-    latest, _ = placer.compute_offers()
+    latest = placer.compute_offers()[0]
     assert list(placer.offered) == [latest["lm-bs20"]["id"]]
     placer.claim({"id": first["lm-bs20"]["id"]})
     placer.compute_offers()
     assert first["lm-bs20"]["id"] not in placer.ledger  # too old to be claimed
+
+
+def test_the_offers_file_names_the_last_claim_its_offers_know(tmp_path):
+    horusd, offers_file = offering_horusd(tmp_path)
+    horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
+    assert horusd.publish_offers()
+    _version, offers = read_offers(offers_file)
+    offer_id = re.search(r";id=(h[0-9a-f]+);", offers["lm-bs20"]).group(1)
+    assert ";claimed=;" in offers_file.read_text()
+    assert horusd.decide({"op": "claim", "id": offer_id}) is None  # queued, no answer
+    assert horusd.publish_offers()
+    assert f";claimed={offer_id};" in offers_file.read_text()
+    assert offer_id in horusd.placer.ledger

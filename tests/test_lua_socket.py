@@ -95,7 +95,7 @@ PLACED = {"ok": True, "action": "place", "nodes": ["n1"], "tres": "gres:shard:g0
           "slowdown": 1.0, "class": "lm-bs20", "gpulist": "n1:0", "age": 0.1}
 
 
-def write_offers(path, version, offer_id):
+def write_offers(path, version, offer_id, claimed=""):
     import time
 
     from slurm_horus.service.lua_twin import encode_kv_reply
@@ -103,11 +103,11 @@ def write_offers(path, version, offer_id):
     offer = encode_kv_reply({**PLACED, "id": offer_id, "tres": "gres:shard:g3:1", "gpulist": "n1:3"})
     tmp = f"{path}.tmp"
     with open(tmp, "w") as out:
-        out.write(f"version={version};generated={time.time():.3f}\nlm-bs20\t{offer}\n")
+        out.write(f"version={version};claimed={claimed};generated={time.time():.3f}\nlm-bs20\t{offer}\n")
     os.replace(tmp, path)
 
 
-def test_one_offer_per_version_and_none_older_than_horusds_last_reply(paths, tmp_path):
+def test_which_offers_the_script_may_take(paths, tmp_path):
     script, _driver, sock = paths
     submitter = tmp_path / "submit.lua"
     submitter.write_text(SUBMITTER)
@@ -116,7 +116,7 @@ def test_one_offer_per_version_and_none_older_than_horusds_last_reply(paths, tmp
     offers = f"{sock}.offers"
     write_offers(offers, 100, "hold")  # published before this script was loaded: maybe taken already
     seen = []
-    versions_in_replies = iter([100, 101, 102, 102])  # what horusd had published when it replied
+    versions_in_replies = iter([100, 102, 106, 106])  # what horusd had published when it replied
 
     def decide(message):
         seen.append(message)
@@ -142,15 +142,21 @@ def test_one_offer_per_version_and_none_older_than_horusds_last_reply(paths, tmp
         assert submit() == "horus:hask1"  # version 100 may be spent: ask
         write_offers(offers, 101, "h101")
         assert submit() == "horus:h101"  # taken without asking; the claim follows on the connection
-        assert submit() == "horus:hask3"  # version 101 is spent: ask
-        assert submit() == "horus:hask4"  # still spent; this reply names version 102 ...
-        write_offers(offers, 102, "h102")
-        assert submit() == "horus:hask5"  # ... so that one, computed before the decision, is spent too
-        write_offers(offers, 103, "h103")
+        write_offers(offers, 102, "h102")  # computed before horusd read that claim
+        assert submit() == "horus:hask3"  # so not taken: ask (horusd reads the claim first)
+        write_offers(offers, 103, "h103", claimed="h101")
         assert submit() == "horus:h103"
+        write_offers(offers, 104, "h104", claimed="h103")
+        assert submit() == "horus:h104"
+        write_offers(offers, 105, "h105", claimed="h103")  # h104's claim not seen yet
+        assert submit() == "horus:hask6"  # ask; this reply names version 106 ...
+        write_offers(offers, 106, "h106", claimed="h104")
+        assert submit() == "horus:hask7"  # ... so that one, computed before the decision, is spent
+        write_offers(offers, 107, "h107", claimed="h104")
+        assert submit() == "horus:h107"
     finally:
         lua.stdin.close()
         lua.wait(10)
         front.stop()
-    assert [m["op"] for m in seen] == ["place", "claim", "place", "place", "place", "claim"]
-    assert seen[1]["id"] == "h101" and seen[5]["id"] == "h103"
+    assert [m["op"] for m in seen] == ["place", "claim", "place", "claim", "claim", "place", "place", "claim"]
+    assert [m["id"] for m in seen if m["op"] == "claim"] == ["h101", "h103", "h104", "h107"]

@@ -303,7 +303,7 @@ def test_job_class_twin(lua, env, comment):
 
 
 OFFERS = (
-    "version=7;generated=1000.5\n"
+    "version=7;claimed=h0;generated=1000.5\n"
     "lm-bs20\taction=place;age=0.4;class=lm-bs20;gpulist=n1:2;id=h1;mode=shareable;nodes=n1;ok=1;"
     "slowdown=1.000;tres=gres:shard:g2:1\n"
     "unknown\taction=place;age=0.4;class=unknown;id=h2;mode=exclusive;nodes=n2;ok=1;slowdown=1.000;"
@@ -312,17 +312,21 @@ OFFERS = (
 )
 
 
-@pytest.mark.parametrize("spent", [0, 6, 7, 1795323915191])
+@pytest.mark.parametrize("spent, awaiting", [(0, None), (6, None), (7, None), (1795323915191, None),
+                                             (6, "h0"), (6, "h9"), (0, "")])
 @pytest.mark.parametrize("text, job_class, now", [
     (OFFERS, "lm-bs20", 1001.0), (OFFERS, "unknown", 1001.0), (OFFERS, "bad", 1001.0),
     (OFFERS, "a3c", 1001.0), (OFFERS, "lm-bs20", 1100.0), ("", "lm-bs20", 1001.0),
     ("garbage", "lm-bs20", 1001.0), ("version=x;generated=1\nlm-bs20\tok=1", "lm-bs20", 1001.0),
     (OFFERS.replace("version=7;", "version=1795323915192;"), "lm-bs20", 1001.0),
+    (OFFERS.replace("claimed=h0;", ""), "lm-bs20", 1001.0),
+    (OFFERS.replace("claimed=h0;", "claimed=;"), "lm-bs20", 1001.0),
+    (OFFERS.replace("claimed=h0;", "claimed=h 0;"), "lm-bs20", 1001.0),
 ])
-def test_find_offer_twin(lua, text, job_class, now, spent):
+def test_find_offer_twin(lua, text, job_class, now, spent, awaiting):
     horus = lua.globals().HORUS
-    lua_offer, lua_version = pair(horus.find_offer(text, job_class, now, horus.parse_config(""), spent))
-    py_offer, py_version = lua_twin.find_offer(text, job_class, now, lua_twin.parse_config(""), spent)
+    lua_offer, lua_version = pair(horus.find_offer(text, job_class, now, horus.parse_config(""), spent, awaiting))
+    py_offer, py_version = lua_twin.find_offer(text, job_class, now, lua_twin.parse_config(""), spent, awaiting)
     assert normalize(from_lua(lua_offer)) == normalize(py_offer)
     assert lua_version == py_version
 
@@ -335,6 +339,8 @@ def test_find_offer_means_what_it_says():
     assert lua_twin.find_offer(OFFERS, "bad", 1001.0, conf) == (None, "bad nodes")
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, spent=7) == (None, "offers spent")
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, spent=6)[1] == "7"
+    assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, awaiting="h0")[1] == "7"
+    assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, awaiting="h5") == (None, "claim not seen yet")
 
 
 def test_every_setting_the_lua_reads_is_a_site_setting_with_the_same_default(lua):

@@ -187,17 +187,21 @@ class Horusd:
     def publish_offers(self):
         """Write the next placement per job class where job_submit.lua reads it (atomically).
 
-        Line 1: ``version=N;generated=EPOCH``; then ``CLASS<TAB>key=value;...`` (the reply format).
+        Line 1: ``version=N;claimed=ID;generated=EPOCH`` (ID: the last claim the offers know of);
+        then ``CLASS<TAB>key=value;...`` (the reply format).
         The Lua takes at most one offer per version, so two jobs never get the same offer. Offers
         computed on a state that changed meanwhile are not written: that change withdrew the
         published ones and asked for new ones.
         """
         placer = self.placer
-        offers, generation = placer.compute_offers() if self.config.offers else ({}, placer.generation)
+        if self.config.offers:
+            offers, generation, last_claim = placer.compute_offers()
+        else:
+            offers, generation, last_claim = {}, placer.generation, ""
         with self._offers_file:
             if generation != placer.generation:
                 return False
-            self._write_offers(offers)
+            self._write_offers(offers, last_claim)
         return True
 
     def state_changed(self):
@@ -205,10 +209,10 @@ class Horusd:
         A publish already computing on the old state will not write (see publish_offers)."""
         self.offers_changed.set()
 
-    def _write_offers(self, offers):
+    def _write_offers(self, offers, last_claim=""):
         """Caller holds ``_offers_file``."""
         self.offers_version += 1
-        lines = [f"version={self.offers_version};generated={time.time():.3f}"]
+        lines = [f"version={self.offers_version};claimed={last_claim};generated={time.time():.3f}"]
         lines += [f"{job_class}\t{encode_kv_reply(reply)}" for job_class, reply in sorted(offers.items())]
         tmp = f"{self.offers_path}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -120,6 +120,7 @@ class Placer:
         self.offered: "OrderedDict[str, tuple]" = OrderedDict()
         self.generation = 0  # counts changes of the state: offers computed on an older one are void
         self.claims = deque()  # offers job_submit.lua took, not applied yet (see claim)
+        self.last_claim = ""  # id of the offer claimed last: the offers file says which claims it knows
         self.on_claimed = None  # callback(claim message, offer reply) once a claim is recorded
         self.decisions = 0
 
@@ -283,17 +284,18 @@ class Placer:
 
     # ---- offers: the next placement of a 1-GPU job of each class, for job_submit.lua ----------
     def compute_offers(self):
-        """({class: reply}, generation): where a 1-GPU job of each recently requested class would go
-        now, and the state generation they were computed on (publish them only if it is still current).
+        """({class: reply}, generation, last claim): where a 1-GPU job of each recently requested class
+        would go now, the state generation they were computed on (publish them only if it is still
+        current) and the last claim that state includes (job_submit.lua waits for its own).
 
         Not recorded: job_submit.lua takes one offer per published version and then *claims* it
         (:meth:`claim`), which records it; every other offer of that version is dead for it.
         """
         with self.lock:
             self._apply_claims()
-            generation = self.generation
+            generation, last_claim = self.generation, self.last_claim
             if self.state is None or self.left_to_slurm_since is not None:
-                return {}, generation
+                return {}, generation, last_claim
             classes = list(self.requested_classes)
             oldest_kept = self.clock() - self.ledger_ttl_s
             # every publish adds one offer per class: drop from the old end, never scan them all
@@ -305,7 +307,7 @@ class Placer:
                                 "offer": True}, record=False)
             if reply.get("action") == "place" and reply.get("binding") != "node":
                 offers[job_class] = reply
-        return offers, generation
+        return offers, generation, last_claim
 
     def claim(self, message):
         """job_submit.lua applied an offer (it does not wait for an answer). Queued, not applied yet:
@@ -332,6 +334,7 @@ class Placer:
             if not all(g < self.state.n_gpus for g in decision.gpu_ids):
                 continue
             self._record(self.state, req, decision, reply, _int_or_none(message.get("uid")))
+            self.last_claim = offer_id
             if self.on_claimed is not None:
                 self.on_claimed(message, reply)
 

@@ -247,10 +247,10 @@ def encode_kv_reply(reply):
     return ";".join(parts)
 
 
-def find_offer(text, job_class, now, conf, spent=0):
+def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
     """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why).
     Versions up to ``spent`` may not be taken (job_submit.lua: the one it took, or the one horusd's
-    last reply named)."""
+    last reply named), nor any until the header's ``claimed=`` shows the claim of offer ``awaiting``."""
     if not isinstance(text, str) or text == "":
         return None, "no offers"
     header, sep, rest = text.partition("\n")
@@ -264,6 +264,9 @@ def find_offer(text, job_class, now, conf, spent=0):
         return None, "stale offers"
     if int(version.group(1)) <= (spent or 0):
         return None, "offers spent"
+    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
+    if awaiting is not None and (claimed.group(1) if claimed else None) != awaiting:  # Lua: "" is true
+        return None, "claim not seen yet"
     for line in rest.split("\n"):
         match = re.match(r"^([^\t]+)\t(.*)\Z", line, re.S)
         if match and match.group(1) == job_class:
