@@ -373,3 +373,26 @@ def test_the_offers_file_names_the_last_claim_its_offers_know(tmp_path):
     assert horusd.publish_offers()
     assert f";claimed={offer_id};" in offers_file.read_text()
     assert offer_id in horusd.placer.ledger
+
+
+def test_a_reload_keeps_queued_claims_the_ledger_and_the_last_claim(tmp_path, monkeypatch):
+    horusd, offers_file = offering_horusd(tmp_path)
+    site = tmp_path / "horus.conf"
+    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {tmp_path / 'h.db'}\n")
+    monkeypatch.setenv("HORUS_CONFIG", str(site))
+    first = horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
+    horusd.publish_offers()
+    offer = read_offers(offers_file)[1]["lm-bs20"]
+    offer_id = re.search(r";id=(h[0-9a-f]+);", offer).group(1)
+    offer_gpus = re.search(r";gpulist=([^;]+);", offer).group(1)
+    horusd.decide({"op": "claim", "id": offer_id})  # queued when the reload comes
+    old = horusd.placer
+    horusd.reload()
+    assert horusd.placer is not old
+    assert offer_id in horusd.placer.ledger and horusd.placer.last_claim == offer_id
+    horusd.placer.clock = lambda: 1e12
+    assert horusd.publish_offers()
+    _version, offers = read_offers(offers_file)
+    assert f";claimed={offer_id};" in offers_file.read_text()
+    fresh_gpus = re.search(r";gpulist=([^;]+);", offers["lm-bs20"]).group(1)
+    assert fresh_gpus not in (first["gpulist"], offer_gpus)  # the new placer knows both jobs

@@ -190,8 +190,8 @@ class Horusd:
         Line 1: ``version=N;claimed=ID;generated=EPOCH`` (ID: the last claim the offers know of);
         then ``CLASS<TAB>key=value;...`` (the reply format).
         The Lua takes at most one offer per version, so two jobs never get the same offer. Offers
-        computed on a state that changed meanwhile are not written: that change withdrew the
-        published ones and asked for new ones.
+        computed on a state that changed meanwhile are not written: that change has asked for new
+        ones, and the Lua's rules (docs/horusd.md) keep it from the older ones.
         """
         placer = self.placer
         if self.config.offers:
@@ -283,6 +283,7 @@ class Horusd:
             placer.requested_classes = set(old.requested_classes)
             placer.offered = old.offered.copy()  # a claim may arrive for an offer made before the reload
             placer.claims = old.claims  # one queue: a claim sent to the old placer meanwhile is not lost
+            placer.last_claim = old.last_claim
             placer.ledger = dict(old.ledger)
         self.config = config
         try:
