@@ -10,6 +10,7 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 from . import protocol
@@ -109,6 +110,34 @@ def _check_socket(config, slurm_user):
     return problems
 
 
+def check_offers(config, now=None):
+    """With offers on, job_submit.lua reads ``<socket>.offers``: it must exist, be readable by
+    slurmctld's user and be fresh, or every GPU job pays the round trip to horusd."""
+    if not config.offers:
+        return []
+    path = config.socket + ".offers"
+    try:
+        info = os.stat(path)
+        with open(path) as offers:
+            header = offers.readline()
+    except OSError as exc:
+        return [("warning", f"{path}: {exc.strerror.lower()}: job_submit.lua asks horusd for every GPU job "
+                            "(horusd writes this file while it runs)")]
+    problems = []
+    if not info.st_mode & 0o004:
+        problems.append(("warning", f"{path} is not world-readable (mode {oct(info.st_mode & 0o777)}): "
+                                    "slurmctld may not read it"))
+    generated = re.search(r";generated=([0-9.]+)$", header.strip())
+    if not generated:
+        problems.append(("warning", f"{path}: no version header: not written by this horusd"))
+    else:
+        age = (time.time() if now is None else now) - float(generated.group(1))
+        if age > config.max_offer_age_s:
+            problems.append(("warning", f"{path} was written {age:.0f} s ago (horusd rewrites it every second; "
+                                        f"job_submit.lua ignores it after {config.max_offer_age_s:g} s)"))
+    return problems
+
+
 def run_checks(config, slurm_conf=None):
     slurm_conf = Path(slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
     if not slurm_conf.exists():
@@ -118,6 +147,7 @@ def run_checks(config, slurm_conf=None):
     problems += _check_gres_conf(slurm_conf.parent / "gres.conf", config.binding)
     problems += _check_lua(slurm_conf.parent / "job_submit.lua")
     problems += _check_socket(config, conf.get("slurmuser", "root"))
+    problems += check_offers(config)
     if os.path.exists(config.disable_file):
         problems.append(("warning", f"kill switch {config.disable_file} exists: job_submit.lua asks nobody"))
     return problems

@@ -1,0 +1,36 @@
+"""horus doctor's offers check on hand-made files (the whole doctor runs against the live cluster in
+test_live_placement.py)."""
+
+import os
+
+from slurm_horus.config import load_config
+from slurm_horus.service.doctor import check_offers
+
+
+def config(tmp_path, **values):
+    return load_config({"socket": str(tmp_path / "h.sock"), **values}, environ={})
+
+
+def write(tmp_path, text, mode=0o644):
+    path = tmp_path / "h.sock.offers"
+    path.write_text(text)
+    os.chmod(path, mode)
+
+
+def test_fresh_readable_offers_pass(tmp_path):
+    write(tmp_path, "version=5;claimed=;generated=1000.0\n")
+    assert check_offers(config(tmp_path), now=1001.0) == []
+
+
+def test_missing_stale_unreadable_or_foreign_offers_are_named(tmp_path):
+    assert "no such file" in check_offers(config(tmp_path))[0][1]
+    write(tmp_path, "version=5;claimed=;generated=1000.0\n", mode=0o600)
+    messages = [message for _level, message in check_offers(config(tmp_path), now=1010.0)]
+    assert any("not world-readable" in m for m in messages)
+    assert any("written 10 s ago" in m and "after 3 s" in m for m in messages)
+    write(tmp_path, "hello\n")
+    assert "no version header" in check_offers(config(tmp_path), now=1000.0)[0][1]
+
+
+def test_offers_off_checks_nothing(tmp_path):
+    assert check_offers(config(tmp_path, offers="no")) == []
