@@ -396,21 +396,3 @@ def test_a_reload_keeps_queued_claims_the_ledger_and_the_last_claim(tmp_path, mo
     assert f";claimed={offer_id};" in offers_file.read_text()
     fresh_gpus = re.search(r";gpulist=([^;]+);", offers["lm-bs20"]).group(1)
     assert fresh_gpus not in (first["gpulist"], offer_gpus)  # the new placer knows both jobs
-
-
-def test_a_horus_sbatch_decision_keeps_off_the_gpus_of_offers_that_may_be_taken_now(tmp_path):
-    horusd, offers_file = offering_horusd(tmp_path)
-    lua = horusd.decide({"op": "place", "reply": "kv", "gpus_per_node": 1, "job_class": "lm-bs20"})
-    assert horusd.publish_offers()
-    offer = read_offers(offers_file)[1]["lm-bs20"]
-    offer_gpus = re.search(r";gpulist=([^;]+);", offer).group(1)
-    # the same request from job_submit.lua would get the offered GPU (nothing changed since) ...
-    dry = horusd.decide({"op": "place", "reply": "kv", "dry_run": True, "gpus_per_node": 1, "job_class": "lm-bs20"})
-    assert dry["gpulist"] == offer_gpus
-    # ... but horus-sbatch's decision cannot know whether a submission is taking that offer now
-    sbatch = horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
-    assert sbatch["gpulist"] not in (offer_gpus, lua["gpulist"])
-    assert read_offers(offers_file)[1] == {}  # and the offers are withdrawn
-    held = horusd.placer.state.jobs
-    assert all(not job_id.startswith("h") or job_id in horusd.placer.ledger for job_id in held)  # no phantom left
-    assert len(horusd._recent_offers) <= 2

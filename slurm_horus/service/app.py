@@ -6,7 +6,6 @@ listen. A background thread refreshes the cluster state every ``refresh_s``; SIG
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
 """
 
-import collections
 import logging
 import os
 import signal
@@ -120,8 +119,6 @@ class Horusd:
         # a horusd that restarts must not reuse a version a slurmctld has already taken from
         self.offers_version = max(int(time.time() * 1000), _offers_version_in(self.offers_path))
         self.offers_live = False  # the offers file holds offers (not only a header)
-        # [(replaced at or None, offer ids)] of the offers files a reader may still be acting on
-        self._recent_offers = collections.deque()
         self._offers_file = threading.Lock()
         self.refresh_errors = 0
         self.refresh_interval = config.refresh_s
@@ -147,12 +144,7 @@ class Horusd:
         if placer.state_age() > max(30.0, 10 * self.config.refresh_s, 3 * self.refresh_interval):
             return unchanged("cluster state is stale")
         started = time.perf_counter()
-        if self.config.offers and message.get("reply") != "kv" and not message.get("dry_run"):
-            # another client (horus-sbatch): job_submit.lua may be taking an offer this very moment,
-            # and its claim is not here yet; this decision must not pick that GPU
-            reply = placer.place(message, hold_offers=self._offers_in_reach())
-        else:
-            reply = placer.place(message)
+        reply = placer.place(message)
         self._decision_ms = (time.perf_counter() - started) * 1000
         if self.config.offers and not message.get("dry_run"):
             self._spend_offers(message, reply)
@@ -217,19 +209,6 @@ class Horusd:
         A publish already computing on the old state will not write (see publish_offers)."""
         self.offers_changed.set()
 
-    def _offers_in_reach(self):
-        """Ids of the offers job_submit.lua may be taking now: those of the current file, and of any
-        file replaced less than one timeout ago (a reader that opened it is still within its deadline)."""
-        with self._offers_file:
-            self._forget_old_offers()
-            return [offer_id for _replaced, ids in self._recent_offers for offer_id in ids]
-
-    def _forget_old_offers(self):
-        """Caller holds ``_offers_file``."""
-        oldest = time.monotonic() - self.config.timeout_ms / 1000.0
-        while self._recent_offers and self._recent_offers[0][0] is not None and self._recent_offers[0][0] < oldest:
-            self._recent_offers.popleft()
-
     def _write_offers(self, offers, last_claim=""):
         """Caller holds ``_offers_file``."""
         self.offers_version += 1
@@ -250,11 +229,6 @@ class Horusd:
             pass
         os.rename(tmp, self.offers_path)
         self.offers_live = bool(offers)
-        now = time.monotonic()
-        if self._recent_offers:
-            self._recent_offers[-1] = (now, self._recent_offers[-1][1])
-        self._recent_offers.append((None, [reply["id"] for reply in offers.values()]))
-        self._forget_old_offers()
 
     def _offers_loop(self):
         while not self.stopping.is_set():

@@ -221,9 +221,8 @@ class Placer:
     def state_age(self):
         return max(0.0, self.clock() - self.snapshot_time) if self.snapshot_time else float("inf")
 
-    def place(self, message, record=True, hold_offers=()):
-        """Decide for one request; returns the reply dict (see protocol.py). ``hold_offers``: ids of
-        published offers that job_submit.lua may be taking right now; their GPUs count as taken."""
+    def place(self, message, record=True):
+        """Decide for one request; returns the reply dict (see protocol.py)."""
         request, why = requested_gpus(message)
         if request is None:
             return unchanged(why)
@@ -253,12 +252,7 @@ class Placer:
                 req.partition, req.extra_partitions = first, tuple(rest)
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
-            held = self._hold_offers(state, hold_offers)
-            try:
-                decision = self.policy.decide(state, req, ctx, explain=bool(message.get("explain")))
-            finally:
-                for offer_id in held:
-                    state.release(offer_id)
+            decision = self.policy.decide(state, req, ctx, explain=bool(message.get("explain")))
             recording = record and not message.get("dry_run")
             if not decision.placed:
                 if recording:
@@ -274,20 +268,6 @@ class Placer:
             elif message.get("offer"):
                 self.offered[decision_id] = (req, decision, reply, self.clock())
             return reply
-
-    def _hold_offers(self, state, offer_ids):
-        """Put the given unclaimed offers in the state for one decision (caller holds the lock)."""
-        held = []
-        for offer_id in offer_ids:
-            found = self.offered.get(offer_id)
-            if found is None or offer_id in state.jobs:  # gone, or claimed: in the state already
-                continue
-            req, decision, reply, _made = found
-            running = self.policy.running_job(req, decision, self.clock())
-            running.exclusive = reply["mode"] == "exclusive"
-            state.place(running)
-            held.append(offer_id)
-        return held
 
     def _record(self, state, req, decision, reply, uid):
         """Put a decision in the state and the ledger (caller holds the lock)."""
