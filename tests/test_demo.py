@@ -16,6 +16,12 @@ def test_demo_tour_runs_and_shows_sharing_accounting_report_and_simulation():
     assert len(ctx.jobs) == len(WORKLOAD)
     # the horus-sbatch jobs arrived with every GPU busy: at least one shares a GPU
     assert re.search(r"GPU n\d:\d is shared by \S+ \+ \S+", text), text
+    # the --explain --dry-run preview is where the real horus-sbatch submission of that class went
+    preview = re.search(r"# decision h[0-9a-f]+: (n\d) GPU (\d) ", text)
+    assert preview, text
+    first_horus_sbatch, _ = ctx.jobs["resnet18-a"]
+    assert re.search(rf"^\s+{first_horus_sbatch}\s+resnet18-a\s+resnet18-bs32\s+RUNNING\s+"
+                     rf"{preview.group(1)}:{preview.group(2)}\s", text, re.M), text
     # sacct rows: every job COMPLETED, the exclusive 2-GPU job with its two typed indices
     two_gpus, _ = ctx.jobs["two-gpus"]
     assert re.search(rf"^\s+{two_gpus}\s+two-gpus\s+n\d\s+COMPLETED\s+gpu=2,gpu:g(\d)=1,gpu:g(\d)=1\s+\d,\d$", text, re.M)
