@@ -11,7 +11,7 @@ import pytest
 NODE = "hxtest1"  # a node name no local cluster uses: their jobs on "n1" must not count here
 OTHER = "hxtest2"
 
-from slurm_horus.collect import procfs
+from slurm_horus.proc import parent_pid, read_environ
 from slurm_horus.collect.nvml import ProcessReading, StandinBackend, nvml_call
 from slurm_horus.collect.sampler import Spool, export_batches, import_batches, sample_once, ship
 from slurm_horus.store.db import open_db
@@ -35,7 +35,7 @@ def fake_jobs():
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
         started.append(proc)
         deadline = time.time() + 5
-        while procfs.read_environ(proc.pid) is None or "SLURM_JOB_ID" not in procfs.read_environ(proc.pid):
+        while read_environ(proc.pid) is None or "SLURM_JOB_ID" not in read_environ(proc.pid):
             assert time.time() < deadline
             time.sleep(0.01)
         return proc
@@ -84,7 +84,7 @@ def test_child_processes_of_a_job_are_not_counted_twice(fake_jobs):
          "print(c.pid, flush=True); time.sleep(60)"], env=env, stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
-        assert procfs.parent_pid(child) == parent.pid
+        assert parent_pid(child) == parent.pid
         batch = sample_once(StandinBackend(gpus=2, node=NODE), NODE)
         assert _use(batch, 201, 1)["sm_util"] == 40 and _use(batch, 201, 1)["n_procs"] == 1
     finally:

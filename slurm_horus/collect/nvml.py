@@ -16,6 +16,7 @@ Two backends share one small interface (:class:`GpuBackend`):
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ..proc import list_pids, parent_pid, read_environ
 from . import procfs
 
 
@@ -192,14 +193,14 @@ class StandinBackend(GpuBackend):
     def _fake_processes(self):
         """{gpu index: [ProcessReading]} from the fake GPU jobs' environments."""
         by_gpu = {}
-        for pid in procfs.list_pids(self.proc_root):
-            env = procfs.read_environ(pid, self.proc_root)
+        for pid in list_pids(self.proc_root):
+            env = read_environ(pid, self.proc_root)
             if not env or FAKE_UTIL_VAR not in env or "GPU_DEVICE_ORDINAL" not in env:
                 continue
             if not procfs.is_ours(env, self.node, self.slurm_conf):
                 continue
             # A job's children inherit the variables; only the topmost carrier is "the" GPU process.
-            parent_env = procfs.read_environ(procfs.parent_pid(pid, self.proc_root) or 0, self.proc_root)
+            parent_env = read_environ(parent_pid(pid, self.proc_root) or 0, self.proc_root)
             if parent_env and parent_env.get(FAKE_UTIL_VAR) is not None and \
                     parent_env.get("SLURM_JOB_ID") == env.get("SLURM_JOB_ID"):
                 continue

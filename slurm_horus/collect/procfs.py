@@ -9,55 +9,16 @@
 Every read tolerates a process that exits in between (it just disappears from the answer).
 """
 
-import os
 import re
+
+from ..proc import list_pids, read_environ, read_proc_file
 
 _JOB_IN_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
 GPU_VARS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "GPU_DEVICE_ORDINAL")
 
 
-def list_pids(proc_root="/proc"):
-    try:
-        names = os.listdir(proc_root)
-    except OSError:
-        return []
-    return [int(name) for name in names if name.isdigit()]
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:  # vanished, or not ours to read
-        return None
-
-
-def read_environ(pid, proc_root="/proc"):
-    """The environment of ``pid`` as a dict, or None if it is gone or unreadable."""
-    if not pid:
-        return None
-    data = _read(f"{proc_root}/{pid}/environ")
-    if data is None:
-        return None
-    env = {}
-    for item in data.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
-
-
-def parent_pid(pid, proc_root="/proc"):
-    data = _read(f"{proc_root}/{pid}/stat")
-    if not data:
-        return None
-    # The command name (field 2) may hold spaces and parentheses; ppid follows the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
-    return int(fields[1]) if len(fields) > 1 else None
-
-
 def job_from_cgroup(pid, proc_root="/proc"):
-    data = _read(f"{proc_root}/{pid}/cgroup")
+    data = read_proc_file(f"{proc_root}/{pid}/cgroup")
     if not data:
         return None
     match = _JOB_IN_CGROUP.search(data.decode(errors="replace"))

@@ -136,30 +136,31 @@ def store_batches(db, batches):
     return len(gpu_rows) + len(use_rows)
 
 
-def ship(spool, db, chunk=500):
-    """Move every unshipped spool batch into ``db``; returns the number of batches shipped."""
-    shipped = 0
+def _drain(spool, chunk, deliver):
+    """Hand every unshipped spool batch to ``deliver`` (a chunk at a time), marking each chunk
+    shipped once delivered; returns the number of batches."""
+    done = 0
     while True:
         pending = spool.pending(chunk)
         if not pending:
-            return shipped
-        store_batches(db, [batch for _, batch in pending])
+            return done
+        deliver([batch for _, batch in pending])
         spool.mark_shipped([i for i, _ in pending])
-        shipped += len(pending)
+        done += len(pending)
+
+
+def ship(spool, db, chunk=500):
+    """Move every unshipped spool batch into ``db``; returns the number of batches shipped."""
+    return _drain(spool, chunk, lambda batches: store_batches(db, batches))
 
 
 def export_batches(spool, out, chunk=500):
     """Write unshipped batches as JSON lines to ``out`` and mark them shipped (the push path)."""
-    exported = 0
-    while True:
-        pending = spool.pending(chunk)
-        if not pending:
-            return exported
-        for _, batch in pending:
+    def write(batches):
+        for batch in batches:
             out.write(json.dumps(batch, separators=(",", ":")) + "\n")
         out.flush()
-        spool.mark_shipped([i for i, _ in pending])
-        exported += len(pending)
+    return _drain(spool, chunk, write)
 
 
 def import_batches(db, lines, source="-", chunk=500):

@@ -12,6 +12,8 @@ import socket
 import time
 from pathlib import Path
 
+from ..proc import list_pids, parent_pid, read_environ
+
 MARKER_VAR = "HORUS_LOCAL_CLUSTER"
 PORT_RANGE = (20000, 60000)
 
@@ -58,33 +60,9 @@ def pid_alive(pid):
     return status.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def process_environ(pid):
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    env = {}
-    for entry in raw.split(b"\0"):
-        key, sep, value = entry.partition(b"=")
-        if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
-
-
 def belongs_to(pid, marker):
     """True when PID runs with ``HORUS_LOCAL_CLUSTER=<marker>`` in its environment."""
-    return process_environ(pid).get(MARKER_VAR) == marker
-
-
-def parent_pid(pid):
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def all_pids():
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    return (read_environ(pid) or {}).get(MARKER_VAR) == marker
 
 
 def marked_processes(marker):
@@ -93,7 +71,7 @@ def marked_processes(marker):
     Job steps (slurmstepd) inherit slurmd's environment, hence the marker; the job's own processes
     have the submitter's environment but are slurmstepd's descendants.
     """
-    pids = all_pids()
+    pids = list_pids()
     parents = {pid: parent_pid(pid) for pid in pids}
     found = {pid for pid in pids if belongs_to(pid, marker)}
     grew = True

@@ -19,7 +19,7 @@ from ..slurm.parse import parse_sinfo, parse_squeue
 from ..slurm.runner import run_slurm
 from .daemon import Placer, Snapshot, unchanged
 from .history import History
-from .lua_twin import encode_kv_reply
+from .lua_twin import encode_kv_reply, offers_header
 from .threads import run_in_background
 from .server import Frontend
 
@@ -35,10 +35,10 @@ def _offers_version_in(path):
     """The version of an offers file left by an earlier horusd (0 if none or unreadable)."""
     try:
         with open(path) as existing:
-            header = existing.readline()
-        return int(header.split(";")[0].split("=", 1)[1])
-    except (OSError, IndexError, ValueError):
+            version, _claimed, _generated = offers_header(existing.readline().rstrip("\n"))
+    except OSError:
         return 0
+    return int(version or 0)
 
 
 class SlurmReader:

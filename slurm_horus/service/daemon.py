@@ -86,6 +86,19 @@ def node_usable(node):
         not flags & {"DRAIN", "DOWN", "FAIL", "NOT_RESPONDING"}
 
 
+def _global_gpu_ids(state, node_indices):
+    """[(node name, per-node GPU indices)] -> sorted global GPU ids of ``state``; nodes it does not
+    know (down, drained, without GPUs) and indices past a node's GPU count are skipped."""
+    gpus = set()
+    for node_name, indices in node_indices:
+        node_id = state.node_ids.get(node_name)
+        if node_id is None:
+            continue
+        node = state.nodes[node_id]
+        gpus.update(node.first_gpu + i for i in indices if i < node.n_gpus)
+    return tuple(sorted(gpus))
+
+
 class Placer:
     """Turns place requests into decisions and keeps the ledger. Thread-safe."""
 
@@ -173,21 +186,14 @@ class Placer:
             self.on_change()
 
     def _running_job_from_queue(self, state, job, now):
-        gpus = []
-        for node_name, items in job.gres_by_node():
-            node_id = state.node_ids.get(node_name)
-            if node_id is None:
-                continue
-            node = state.nodes[node_id]
-            for item in items:
-                if item.name in ("gpu", "shard") and item.count > 0:
-                    gpus.extend(node.first_gpu + i for i in item.indices if i < node.n_gpus)
+        by_node = job.gres_by_node()
+        gpus = _global_gpu_ids(state, [(node_name, item.indices) for node_name, items in by_node for item in items
+                                       if item.name in ("gpu", "shard") and item.count > 0])
         if not gpus:
             return None
-        holds_whole_gpu = any(item.name == "gpu" and item.count > 0 for _n, items in job.gres_by_node() for item in items)
-        job_class = self._class_of_running(job)
+        holds_whole_gpu = any(item.name == "gpu" and item.count > 0 for _n, items in by_node for item in items)
         end = float(job.end_time) if job.end_time else now + 3600.0
-        return RunningJob(str(job.job_id), job_class, tuple(sorted(set(gpus))), float(job.start_time or now),
+        return RunningJob(str(job.job_id), self._class_of_running(job), gpus, float(job.start_time or now),
                           end, exclusive=holds_whole_gpu, user=job.user, partition=job.partition)
 
     def _pinned_pending_job(self, state, job, fields, now):
@@ -196,19 +202,11 @@ class Placer:
         Held or dependent jobs may wait for hours: they reserve nothing."""
         if not fields.get("gpus") or job.state_reason.startswith(_NOT_STARTING_SOON):
             return None
-        gpus = []
-        for node_name, indices in parse_gpu_list(fields["gpus"]):
-            node_id = state.node_ids.get(node_name)
-            if node_id is None:
-                return None
-            node = state.nodes[node_id]
-            if any(i >= node.n_gpus for i in indices):
-                return None
-            gpus.extend(node.first_gpu + i for i in indices)
+        gpus = _global_gpu_ids(state, parse_gpu_list(fields["gpus"]))
         if not gpus:
             return None
         limit_s = job.time_limit * 60.0 if job.time_limit else 3600.0
-        return RunningJob(str(job.job_id), self._class_of_running(job), tuple(sorted(set(gpus))), now, now + limit_s,
+        return RunningJob(str(job.job_id), self._class_of_running(job), gpus, now, now + limit_s,
                           exclusive=fields.get("mode") == "exclusive", user=job.user, partition=job.partition)
 
     def _class_of_running(self, job):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from . import protocol
+from .lua_twin import offers_header
 
 
 def read_slurm_conf(path):
@@ -127,11 +128,11 @@ def check_offers(config, now=None):
     if not info.st_mode & 0o004:
         problems.append(("warning", f"{path} is not world-readable (mode {oct(info.st_mode & 0o777)}): "
                                     "slurmctld may not read it"))
-    generated = re.search(r";generated=([0-9.]+)$", header.strip())
-    if not generated:
+    _version, _claimed, generated = offers_header(header.strip())
+    if generated is None:
         problems.append(("warning", f"{path}: no version header: not written by this horusd"))
     else:
-        age = (time.time() if now is None else now) - float(generated.group(1))
+        age = (time.time() if now is None else now) - generated
         if age > config.max_offer_age_s:
             problems.append(("warning", f"{path} was written {age:.0f} s ago (horusd rewrites it every second; "
                                         f"job_submit.lua ignores it after {config.max_offer_age_s:g} s)"))

@@ -247,6 +247,16 @@ def encode_kv_reply(reply):
     return ";".join(parts)
 
 
+def offers_header(header):
+    """The first line of an offers file, ``version=N;claimed=ID;generated=EPOCH`` ->
+    (version str or None, claimed str or None, generated float or None)."""
+    version = re.match(r"^version=([0-9]+);", header)
+    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
+    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
+    return (version.group(1) if version else None, claimed.group(1) if claimed else None,
+            float(generated.group(1)) if generated else None)
+
+
 def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
     """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why).
     Versions up to ``spent`` may not be taken (job_submit.lua: the one it took, or the one horusd's
@@ -256,16 +266,14 @@ def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
     header, sep, rest = text.partition("\n")
     if not sep:
         return None, "no offers"
-    version = re.match(r"^version=([0-9]+);", header)
-    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
-    if not version or not generated:
+    version, claimed, generated = offers_header(header)
+    if version is None or generated is None:
         return None, "malformed offers"
-    if now - float(generated.group(1)) > conf["max_offer_age_s"]:
+    if now - generated > conf["max_offer_age_s"]:
         return None, "stale offers"
-    if int(version.group(1)) <= (spent or 0):
+    if int(version) <= (spent or 0):
         return None, "offers spent"
-    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
-    if awaiting is not None and (claimed.group(1) if claimed else None) != awaiting:  # Lua: "" is true
+    if awaiting is not None and claimed != awaiting:  # Lua: "" is true
         return None, "claim not seen yet"
     for line in rest.split("\n"):
         match = re.match(r"^([^\t]+)\t(.*)\Z", line, re.S)
@@ -275,5 +283,5 @@ def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
                 return None, why
             if reply.get("action") != "place":
                 return None, "no offer"
-            return reply, version.group(1)
+            return reply, version
     return None, "no offer for " + job_class
