@@ -310,12 +310,38 @@ function horus.parse_reply(line, conf)
   return reply
 end
 
--- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
--- admin_comment token (appended, never overwritten: jobstats keeps its JS1: summary there; users
--- cannot set admin_comment, so the token cannot be forged).
+-- slurmctld hands this script GRES requests in its own spelling: "gres:gpu:1" up to 22.05,
+-- "gres/gpu:1" later, and 24.11 refuses the old spelling when a script sets it. The prefix the job's
+-- own request uses is the one to write back (nil when the job names none).
+function horus.gres_prefix(job)
+  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task" }) do
+    local value = job[field]
+    if type(value) == "string" then
+      local prefix = string.match(value, "^(gres[:/])")
+      if prefix then return prefix end
+    end
+  end
+  return nil
+end
+
+-- ``tres`` (a comma-separated GRES request) with every item spelled with ``prefix`` (nil: as it is).
+function horus.respell_tres(tres, prefix)
+  if prefix == nil or type(tres) ~= "string" then return tres end
+  local items = {}
+  for item in string.gmatch(tres, "[^,]+") do
+    local bare = string.gsub(item, "^gres[:/]", "")
+    items[#items + 1] = prefix .. bare
+  end
+  return table.concat(items, ",")
+end
+
+-- Rewrite the job with the decision: node, typed GRES (in the job's own spelling), partition when
+-- lent (DeepBoot), and the admin_comment token (appended, never overwritten: jobstats keeps its
+-- JS1: summary there; users cannot set admin_comment, so the token cannot be forged).
 function horus.apply(job, reply)
+  local prefix = horus.gres_prefix(job)
   job.req_nodes = reply.nodes
-  job.tres_per_node = reply.tres
+  job.tres_per_node = horus.respell_tres(reply.tres, prefix)
   if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
   if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
   if reply.partition and reply.partition ~= "" then job.partition = reply.partition end

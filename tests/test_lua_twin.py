@@ -77,6 +77,12 @@ JOBS = [
     {"tres_per_node": "gres:gpu:1", "shared": 0},
     {"tres_per_node": "gres:gpu:1", "shared": 65534},
     {"tres_per_node": "gres:gpu:1,gres:gpu:v100:1"},
+    # Slurm 24.11 / 26.05 spell requests with "gres/" (and tres_per_task as gres/gpu=1)
+    {"tres_per_node": "gres/gpu:1"},
+    {"tres_per_node": "gres/gpu:g2:1"},
+    {"tres_per_node": "gres/shard:g1:1"},
+    {"tres_per_job": "gres/gpu:2"},
+    {"tres_per_task": "gres/gpu=1", "num_tasks": 2},
 ]
 
 CONFIGS = [
@@ -153,7 +159,9 @@ def test_parse_reply_refuses_unsafe_and_stale():
 
 @pytest.mark.parametrize("admin_comment", [None, "", "JS1:abc"])
 @pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
-                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2}])
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2},
+                                 {"tres_per_node": "gres/gpu:1"}, {"tres_per_job": "gres/gpu:2"},
+                                 {"tres_per_task": "gres/gpu=1", "num_tasks": 2}])
 def test_apply_twin(lua, job, admin_comment):
     horus = lua.globals().HORUS
     job = dict(job, admin_comment=admin_comment) if admin_comment is not None else dict(job)
@@ -168,6 +176,9 @@ def test_apply_twin(lua, job, admin_comment):
     assert lua_token == py_token
     assert normalize(from_lua(lua_job)) == normalize(py_job)
     assert py_job["req_nodes"] == "n2" and py_job["partition"] == "infer-lend"
+    # the decision is written in the spelling of the Slurm the job came from (24.11 refuses "gres:")
+    prefix = "gres/" if "gres/" in str(job) else "gres:"
+    assert py_job["tres_per_node"] == f"{prefix}gpu:g1:1,{prefix}gpu:g2:1"
     if admin_comment:
         assert py_job["admin_comment"] == "JS1:abc horus:h-9 mode=exclusive slowdown=1.000 class=bert-bs8"
     expected = {"mode": "exclusive", "slowdown": "1.000", "class": "bert-bs8"}
@@ -366,3 +377,30 @@ def test_the_shipped_site_file_reads_the_same_in_lua_and_in_horus(lua, tmp_path)
     assert lua_conf == normalize(lua_twin.parse_config(text))
     for name, value in lua_conf.items():
         assert normalize(getattr(site, name)) == value, name
+
+
+@pytest.mark.parametrize("job, prefix", [
+    ({}, None), ({"tres_per_node": "gres:gpu:1"}, "gres:"), ({"tres_per_node": "gres/gpu:g1:1"}, "gres/"),
+    ({"tres_per_node": "", "tres_per_job": "gres/gpu:2"}, "gres/"), ({"tres_per_task": "gres/gpu=1"}, "gres/"),
+    ({"tres_per_node": "gpu:1"}, None), ({"tres_per_node": 4294967294}, None),
+])
+def test_gres_prefix_twin_learns_the_spelling_from_the_job(lua, job, prefix):
+    assert lua.globals().HORUS.gres_prefix(to_lua(lua, job)) == lua_twin.gres_prefix(job) == prefix
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["gres:gpu:g1:1", "gres/shard:g0:1", "gres:gpu:2", "gpu:1", "", "gres/gpu=1"]),
+                max_size=4).map(",".join), st.sampled_from([None, "gres:", "gres/"]))
+def test_respell_tres_twin_property(lua, tres, prefix):
+    lua_text = lua.globals().HORUS.respell_tres(tres, prefix)
+    assert lua_text == lua_twin.respell_tres(tres, prefix)
+    if prefix is not None:
+        assert all(item.startswith(prefix) and item.count("gres") == 1 for item in lua_text.split(",") if item)
+
+
+def test_offer_taken_by_a_newer_slurm_job_is_respelled(lua):
+    """An offer (spelled by horusd) applied to a 24.11 job comes out in 24.11's spelling."""
+    offer, _version = lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, lua_twin.parse_config(""))
+    job = to_lua(lua, {"tres_per_node": "gres/gpu:1"})
+    lua.globals().HORUS.apply(job, to_lua(lua, offer))
+    assert job.tres_per_node == "gres/shard:g2:1"

@@ -206,10 +206,29 @@ def parse_confirm(line, claimed):
     return reply, None
 
 
+def gres_prefix(job):
+    """``gres:`` or ``gres/``: how the job's own request spells GRES (the Slurm it came from), else None."""
+    for name in ("tres_per_node", "tres_per_job", "tres_per_task"):
+        value = job.get(name)
+        if isinstance(value, str):
+            match = re.match(r"^(gres[:/])", value)
+            if match:
+                return match.group(1)
+    return None
+
+
+def respell_tres(tres, prefix):
+    """``tres`` with every comma-separated item spelled with ``prefix`` (None: unchanged)."""
+    if prefix is None or not isinstance(tres, str):
+        return tres
+    return ",".join(prefix + re.sub(r"^gres[:/]", "", item) for item in tres.split(",") if item)
+
+
 def apply(job, reply):
     """Rewrite ``job`` (a dict) in place; returns the admin_comment token."""
+    prefix = gres_prefix(job)
     job["req_nodes"] = reply["nodes"]
-    job["tres_per_node"] = reply["tres"]
+    job["tres_per_node"] = respell_tres(reply["tres"], prefix)
     if job.get("tres_per_job"):
         job["tres_per_job"] = ""
     if job.get("tres_per_task"):
