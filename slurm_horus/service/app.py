@@ -15,8 +15,7 @@ import time
 from ..config import load_config
 from ..errors import HorusError
 from ..placement.policies import PolicyModels, make_policy
-from ..slurm.parse import parse_sinfo, parse_squeue
-from ..slurm.runner import run_slurm
+from ..slurm.queries import SlurmSource
 from .daemon import Placer, Snapshot, unchanged
 from .history import History
 from .lua_twin import encode_kv_reply, offers_header
@@ -42,15 +41,16 @@ def _offers_version_in(path):
 
 
 class SlurmReader:
-    """Reads the cluster from ``sinfo --json`` and ``squeue --json`` (22.05 has no scontrol --json).
+    """Reads the cluster from ``squeue --json`` and the nodes (``sinfo --json`` on 22.05,
+    ``scontrol --json show nodes`` later; see slurm.queries.SlurmSource), on any supported Slurm.
 
-    Jobs come and go every few seconds, nodes rarely: ``sinfo`` is re-read only every
+    Jobs come and go every few seconds, nodes rarely: nodes are re-read only every
     ``nodes_every`` reads (and on the first), which halves what a refresh costs slurmctld.
+    The snapshot names the Slurm version the JSON came from: decisions are spelled for it.
     """
 
     def __init__(self, slurm_conf=None, timeout_s=10.0, nodes_every=5):
-        self.slurm_conf = slurm_conf
-        self.timeout_s = timeout_s
+        self.source = SlurmSource(slurm_conf, timeout_s)
         self.nodes_every = nodes_every
         self._reads = 0
         self._nodes = None
@@ -58,17 +58,17 @@ class SlurmReader:
     def read(self):
         taken_at = time.time()
         if self._nodes is None or self._reads % self.nodes_every == 0:
-            self._nodes = parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=self.slurm_conf,
-                                                timeout=self.timeout_s).stdout)
+            self._nodes = self.source.nodes()
         self._reads += 1
         nodes = self._nodes
-        jobs = parse_squeue(run_slurm(["squeue", "--json"], slurm_conf=self.slurm_conf, timeout=self.timeout_s).stdout)
+        jobs = self.source.jobs()
         features = {}
         for node in nodes:
             for feature in getattr(node, "features", ()) or ():
                 if feature.lower() in _KNOWN_GPU_TYPES:
                     features[node.name] = feature.lower()
-        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features)
+        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features,
+                        slurm_version=self.source.version)
 
 
 def build_placer(config, predictor_factory=None, history=None):

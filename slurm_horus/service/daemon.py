@@ -26,6 +26,7 @@ from typing import Callable, Dict, Optional
 from ..placement.framework import SchedulingContext
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
+from ..slurm.gres import GresItem, format_tres
 from ..tokens import gpu_list, parse_gpu_list, parse_horus_tokens
 from .lua_twin import gpu_request
 
@@ -73,6 +74,7 @@ class Snapshot:
     jobs: list  # slurm.parse.QueueJob
     taken_at: float
     features: Dict[str, str] = field(default_factory=dict)  # node -> gpu type from its features
+    slurm_version: object = None  # slurm.version.SlurmVersion the JSON named (None: unknown)
 
 
 def node_gpu_count(node):
@@ -136,6 +138,7 @@ class Placer:
         self.last_claim = ""  # id of the offer claimed last: the offers file says which claims it knows
         self.on_claimed = None  # callback(claim message, offer reply) once a claim is recorded
         self.decisions = 0
+        self.gres_prefix = "gres:"  # how tres_per_node spells GRES on this Slurm (from each snapshot)
 
     # ---- state ----------------------------------------------------------------------------------
     def load_snapshot(self, snapshot: Snapshot):
@@ -178,6 +181,8 @@ class Placer:
             self.state = state
             self.generation += 1
             self.snapshot_time = snapshot.taken_at
+            if snapshot.slurm_version is not None:
+                self.gres_prefix = snapshot.slurm_version.gres_prefix
             self.pending_jobs = pending
             self.pending_gpus = pending_gpus
             if self.left_to_slurm_since is not None and snapshot.taken_at > self.left_to_slurm_since:
@@ -367,12 +372,11 @@ class Placer:
         if binding_used in ("indexed", "shard") and len(index_sets) > 1:
             binding_used = "node"  # one tres_per_node string cannot name different GPUs per node
         indices = sorted(next(iter(index_sets)))
-        if binding_used == "shard":
-            tres = ",".join(f"gres:shard:g{i}:1" for i in indices)
-        elif binding_used == "indexed":
-            tres = ",".join(f"gres:gpu:g{i}:1" for i in indices)
+        if binding_used in ("indexed", "shard"):
+            items = [GresItem("shard" if binding_used == "shard" else "gpu", f"g{i}", 1) for i in indices]
         else:
-            tres = f"gres:gpu:{req.gpus_per_node}"
+            items = [GresItem("gpu", None, req.gpus_per_node)]
+        tres = format_tres(items, self.gres_prefix)
         # shared: joins a GPU that runs another job; shareable: alone on a shard, others may join
         mode = "shared" if decision.shared else ("shareable" if binding_used == "shard" else "exclusive")
         partition = ""
@@ -384,7 +388,7 @@ class Placer:
             "ok": True, "action": "place", "id": decision_id, "decision_id": decision_id,
             # tres: job_desc's tres_per_node (job_submit.lua); gres: the same as sbatch --gres
             "nodes": list(decision.nodes), "gpus": node_gpus, "gpulist": gpu_list(node_gpus), "tres": tres,
-            "gres": ",".join(item[len("gres:"):] for item in tres.split(",")), "job_class": job_class,
+            "gres": format_tres(items, ""), "job_class": job_class,
             "binding": binding_used, "mode": mode, "class": job_class,
             "slowdown": round(decision.predicted_slowdown, 3),
             "predicted_slowdown": round(decision.predicted_slowdown, 3),
