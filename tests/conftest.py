@@ -4,11 +4,40 @@ Tests that use ``slurm_cluster`` get the ``slurm`` marker, those that use ``slur
 ``slurmdbd`` marker, automatically, so ``-m 'not slurm and not slurmdbd'`` runs the unit tests only.
 A machine that lacks the Slurm packages fails these tests with the list of what to install; it
 never skips them, so CI cannot turn green without a real cluster.
+
+``HORUS_LOCAL_SLURM=24.11`` (or ``26.05``; ``make test-slurm-newer`` sets it) runs every cluster of the
+session on that Slurm, from its chroot (slurm_horus/localcluster/chroot.py), and puts that Slurm's
+commands first on ``PATH`` for the whole session, so that a test's own ``sbatch`` or ``sacct`` talks
+to the cluster in the chroot as it would on a site running that version.
 """
+
+import os
 
 import pytest
 
 from slurm_horus.localcluster import LocalCluster, prerequisite_problems
+from slurm_horus.localcluster.chroot import slurm_install
+
+
+def pytest_configure(config):
+    install = slurm_install()
+    if install.bin_dir is not None:
+        install.prepare()  # builds the chroot the first time (about a minute)
+        os.environ.update(install.env({"PATH": os.environ.get("PATH", os.defpath)}))
+
+
+def pytest_report_header(config):
+    return f"local clusters run {slurm_install().describe()}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def chroot_released():
+    """After the last cluster of the session is down, a chroot's mounts are gone too (unless another
+    session still runs something inside it)."""
+    yield
+    install = slurm_install()
+    if install.root is not None and not install.users():
+        assert install.mounted() == [], "mounts left behind in the Slurm chroot"
 
 
 def pytest_collection_modifyitems(items):
@@ -20,7 +49,7 @@ def pytest_collection_modifyitems(items):
 
 
 def _cluster(with_dbd):
-    problems = prerequisite_problems(with_dbd=with_dbd)
+    problems = prerequisite_problems(with_dbd=with_dbd, install=slurm_install())
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
     cluster = LocalCluster(with_dbd=with_dbd).up()
