@@ -1,7 +1,8 @@
 """``horus doctor``: read a site's Slurm and horus setup and say what would stop slurm-horus working.
 
 Each check returns (level, message) pairs; ``error`` means slurm-horus cannot place jobs as
-configured, ``warning`` means it works but not as well as it could.
+configured, ``warning`` means it works but not as well as it could, ``info`` says what was found
+(the Slurm version, and what slurm-horus does on it).
 """
 
 import os
@@ -13,6 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..slurm.queries import slurm_version
+from ..slurm.runner import SlurmCommandError
+from ..slurm.version import support_lines
 from . import protocol
 from .lua_twin import offers_header
 
@@ -139,12 +143,22 @@ def check_offers(config, now=None):
     return problems
 
 
+def check_slurm_version(slurm_conf):
+    """The Slurm version (of the commands on PATH: ``scontrol version``) and what slurm-horus does there."""
+    try:
+        version = slurm_version(slurm_conf, timeout=10)
+    except SlurmCommandError as exc:
+        return [("error", f"cannot tell the Slurm version: {exc}")]
+    return support_lines(version)
+
+
 def run_checks(config, slurm_conf=None):
     slurm_conf = Path(slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
     if not slurm_conf.exists():
         return [("error", f"{slurm_conf} not found (give --slurm-conf or set SLURM_CONF)")]
     conf = read_slurm_conf(slurm_conf)
-    problems = _check_slurm_conf(conf, config.binding)
+    problems = check_slurm_version(slurm_conf)
+    problems += _check_slurm_conf(conf, config.binding)
     problems += _check_gres_conf(slurm_conf.parent / "gres.conf", config.binding)
     problems += _check_lua(slurm_conf.parent / "job_submit.lua")
     problems += _check_socket(config, conf.get("slurmuser", "root"))
