@@ -205,8 +205,16 @@ class ChrootSlurm:
         with self._locked():
             if self.built() is None:
                 self._build(echo)
+            self._write_hosts()
             self._write_wrappers()
         return self
+
+    def _write_hosts(self):
+        """mmdebstrap leaves no /etc/hosts: without one nothing inside resolves ``localhost``
+        (slurm.conf's SlurmctldHost and NodeHostname), and no client reaches slurmctld."""
+        hosts = self.host_path("/etc/hosts")
+        if not hosts.exists():
+            hosts.write_text("127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")
 
     def _build(self, echo):
         release = self.release_info
