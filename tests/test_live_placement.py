@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from slurm_horus.localcluster import LocalCluster, prerequisite_problems
+from slurm_horus.localcluster import horus as horus_local
 from slurm_horus.service import protocol
 
 pytestmark = pytest.mark.slurm
@@ -87,18 +88,9 @@ def wait_output(cluster, job_id, text, timeout=30):
     return output
 
 
-def settle(cluster, timeout=30):
-    """Wait until horusd has re-read Slurm after this moment, so its state shows the jobs Slurm has
-    started or ended. refresh_s is 1, but horusd stretches the interval to 20x what a refresh costs
-    (a loaded machine, or a newer Slurm whose --json commands take longer), so no fixed sleep will do."""
-    since = time.monotonic()
-    time.sleep(0.1)
-    while time.monotonic() - since < timeout:
-        reply = protocol.ask({"op": "ping"}, cluster.horus_socket, timeout_s=2)
-        if reply is not None and reply.get("state_age_s", timeout) < time.monotonic() - since - 0.05:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"horusd did not refresh within {timeout} s")
+def settle(cluster):
+    """horusd's state shows what Slurm has started or ended by now (see wait_refreshed)."""
+    horus_local.wait_refreshed(cluster)
 
 
 def fill_gpus(cluster, count):
