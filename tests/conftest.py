@@ -36,7 +36,7 @@ def chroot_released():
     session still runs something inside it)."""
     yield
     install = slurm_install()
-    if install.root is not None and not install.users():
+    if install.root is not None and not install.in_use():
         assert install.mounted() == [], "mounts left behind in the Slurm chroot"
 
 

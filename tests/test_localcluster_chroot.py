@@ -6,6 +6,7 @@ The chroot itself is exercised by the whole Slurm-backed suite under ``make test
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -85,3 +86,19 @@ def test_the_known_slurmdbd_mariadb_mismatch_reads_as_one_line():
 def test_mount_points_lists_this_namespace():
     points = mount_points()
     assert "/" in points and "/proc" in points
+
+
+def test_leases_of_gone_or_dead_clusters_do_not_keep_the_mounts(tmp_path):
+    install = fake_root(tmp_path)
+    leases = install.home / "leases"
+    leases.mkdir()
+    alive_dir, dead_dir = tmp_path / "starting", tmp_path / "killed"
+    alive_dir.mkdir()
+    dead_dir.mkdir()
+    for name, directory in (("a", alive_dir), ("b", dead_dir), ("c", tmp_path / "removed")):
+        (leases / name).write_text(str(directory))
+    old = time.time() - 3600
+    os.utime(leases / "b", (old, old))  # an hour old, and no process of that cluster runs: stale
+    assert install._other_leases() == [str(alive_dir)]  # a fresh lease counts: its cluster is starting
+    assert sorted(p.name for p in leases.iterdir()) == ["a"]
+    assert install.in_use()

@@ -19,11 +19,14 @@ A :class:`SlurmInstall` says how to reach one installation:
   cluster uses it: ``proc``, ``/sys`` with the cgroup tree (``rbind`` + ``rslave``: slurmd 24.11
   refuses to start without a cgroup filesystem), ``/dev``, ``/dev/pts``, ``/dev/shm``, a tmpfs on
   ``/run``, and the host's ``/tmp`` (cluster directories live there, so paths are the same inside
-  and out); a cluster directory elsewhere is bound at its own path. ``release`` unmounts them only
-  when no process runs inside the chroot any more (``/proc/PID/root``), so clusters can share one.
+  and out); a cluster directory elsewhere is bound at its own path. Each cluster holds a lease
+  (``leases/``) from ``acquire`` to ``release``; ``release`` unmounts only when no other cluster holds
+  one and no process runs inside the chroot any more (``/proc/PID/root``), so clusters can share one
+  and a cluster starting while another stops keeps its mounts.
 """
 
 import fcntl
+import hashlib
 import json
 import os
 import shlex
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import HorusError, InputError
+from .procs import marked_processes
 
 SYSTEM = "system"
 CHROOTS_VAR = "HORUS_SLURM_CHROOTS"
@@ -51,6 +55,7 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "lua5.1"
 CLIENT_COMMANDS = ("sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol",
                    "sdiag", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare", "sstat", "strigger")
 SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
+LEASE_GRACE_S = 120  # a lease this old whose cluster runs no process (it was killed) no longer counts
 FORMAT = 1  # bump when what a built chroot must hold changes: older builds are rebuilt
 
 
@@ -304,6 +309,9 @@ class ChrootSlurm:
         directory = Path(directory).resolve()
         made = []
         with self._locked():
+            lease = self._lease(directory)
+            lease.parent.mkdir(exist_ok=True)
+            lease.write_text(str(directory))
             mounted = mount_points()
             for how, source, inside in self._system_mounts():
                 target = self.host_path(inside)
@@ -330,14 +338,35 @@ class ChrootSlurm:
                     continue
         return found
 
+    def _lease(self, directory):
+        return self.home / "leases" / hashlib.sha1(str(directory).encode()).hexdigest()[:16]
+
+    def _other_leases(self):
+        """Leases of clusters that may still use the chroot; stale ones (their directory is gone, or
+        nothing of theirs has run for LEASE_GRACE_S) are removed."""
+        live = []
+        for lease in (self.home / "leases").glob("*"):
+            try:
+                directory = lease.read_text()
+                age = time.time() - lease.stat().st_mtime
+            except OSError:
+                continue
+            if not os.path.isdir(directory) or (age > LEASE_GRACE_S and not marked_processes(directory)):
+                lease.unlink(missing_ok=True)
+            else:
+                live.append(directory)
+        return live
+
     def release(self, directory, mounts=()):
-        """Unmount ``mounts`` (made by acquire for one cluster) and, when nothing runs inside any
-        more, the shared mounts too. Returns the mount points that could not be unmounted."""
+        """Unmount ``mounts`` (made by acquire for one cluster) and, when no other cluster holds a
+        lease and nothing runs inside any more, the shared mounts too. Returns the mount points that
+        could not be unmounted."""
         failed = []
         with self._locked():
+            self._lease(Path(directory).resolve()).unlink(missing_ok=True)
             for path in mounts:
                 failed += _umount(self.host_path(path))
-            if self.users():
+            if self._other_leases() or self.users():
                 return failed
             mounted = mount_points()
             for _how, _source, inside in reversed(self._system_mounts()):
@@ -345,6 +374,11 @@ class ChrootSlurm:
                 if str(target) in mounted:
                     failed += _umount(target)
         return failed
+
+    def in_use(self):
+        """Whether a cluster holds a lease or a process runs inside (then release keeps the mounts)."""
+        with self._locked():
+            return bool(self._other_leases() or self.users())
 
     def mounted(self):
         prefix = str(self.root) + "/"
