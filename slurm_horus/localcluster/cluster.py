@@ -176,6 +176,7 @@ class LocalCluster:
         # against their own suite's MariaDB 11.8.9 server (see docs/local-cluster.md); against the
         # host's MariaDB 10.11 (Debian 12) they work. slurmdbd talks to it over TCP only.
         self.db_install = SystemSlurm()
+        self._version = None  # slurm_version(), once asked
         self.layout = ClusterLayout(directory) if directory is not None else None
         self.ports = {}
         self.daemons = []  # [{"name", "pid"}], in start order
@@ -275,7 +276,7 @@ class LocalCluster:
 
     def slurm_version(self):
         """The version of the Slurm this cluster runs (``scontrol version``, asked once)."""
-        if getattr(self, "_version", None) is None:
+        if self._version is None:
             self._version = queries.slurm_version(self.slurm_conf, env=self.env)
         return self._version
 
