@@ -169,3 +169,12 @@ def test_support_lines_say_tested_untested_or_unsupported():
     assert support_lines(SlurmVersion(25, 5, 1))[0][0] == "warning"
     assert support_lines(SlurmVersion(21, 8, 8))[0][0] == "error"
     assert support_lines(None)[0][0] == "warning"
+
+
+def test_an_empty_sacct_answer_of_2205_is_no_error():
+    """22.05 answers a window without jobs with errors: [{"error_number": 9003, "description": "Nothing found"}]."""
+    empty = {"meta": {}, "errors": [{"description": "Nothing found", "error_number": 9003,
+                                     "error": "Nothing found with query", "source": "slurmdb_jobs_get"}], "jobs": []}
+    assert parse_sacct(json.dumps(empty)) == []
+    with pytest.raises(InputError, match="reported errors"):
+        parse_sacct(json.dumps(dict(empty, errors=[{"error_number": 1, "description": "Invalid user"}])))

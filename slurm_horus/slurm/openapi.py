@@ -37,6 +37,11 @@ def _unwrap_tree(value):
     return value
 
 
+def _nothing_found(error):
+    """22.05's sacct --json reports an empty answer as an error (9003, "Nothing found"): it is none."""
+    return isinstance(error, dict) and (error.get("error_number") == 9003 or error.get("description") == "Nothing found")
+
+
 def loads(text, command, key=None):
     """Decode ``command``'s ``--json`` output with every wrapped number unwrapped.
 
@@ -52,7 +57,7 @@ def loads(text, command, key=None):
         raise InputError(f"{command} --json: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{command} --json: not a JSON object")
-    errors = [e for e in data.get("errors") or [] if e]
+    errors = [e for e in data.get("errors") or [] if e and not _nothing_found(e)]
     if errors:
         raise InputError(f"{command} --json reported errors: {errors}")
     if key is not None and not isinstance(data.get(key), list):
