@@ -2,7 +2,7 @@
 
 Debian 12 ships Slurm 22.05; Debian 13 "trixie" ships 24.11 and "sid" 26.05. ``--slurm 24.11`` runs
 a local cluster on trixie's Slurm without touching the host: the first use builds a chroot with
-``mmdebstrap`` (about a minute, 0.6 GB) under ``$HORUS_SLURM_CHROOTS`` (default
+``mmdebstrap`` (one to three minutes on this machine) under ``$HORUS_SLURM_CHROOTS`` (default
 ``/var/cache/slurm-horus/chroots``), later uses reuse it.
 
 A :class:`SlurmInstall` says how to reach one installation:
@@ -14,7 +14,8 @@ A :class:`SlurmInstall` says how to reach one installation:
   environment puts it first on ``PATH``, so everything that runs Slurm commands by name - horusd's
   refresh, ``horus-sbatch``, a user's shell after ``eval "$(horus local-cluster env)"``, the tests -
   reaches the chroot's Slurm without knowing it is there, as a site's ``module load slurm/24.11``
-  would do. slurm-horus's own Python stays on the host; only Slurm, munge and MariaDB run inside.
+  would do. slurm-horus's own Python stays on the host; only Slurm and munge run inside (MariaDB is
+  the host's: see PACKAGES).
 * :meth:`~SlurmInstall.acquire` / :meth:`~SlurmInstall.release` - the mounts a chroot needs while a
   cluster uses it: ``proc``, ``/sys`` with the cgroup tree (``rbind`` + ``rslave``: slurmd 24.11
   refuses to start without a cgroup filesystem), ``/dev``, ``/dev/pts``, ``/dev/shm``, a tmpfs on
