@@ -1,0 +1,48 @@
+"""An ordinary local user for the attack tests: ``horustest``, created with useradd when absent.
+
+horusd's user socket is reachable by every local user; the tests that play the hostile user run
+their client as this uid (SO_PEERCRED then says who it is). Creating a user and acting as one needs
+root, which the suite has (it starts real Slurm daemons); elsewhere these tests are skipped.
+"""
+
+import os
+import pwd
+import subprocess
+import sys
+
+import pytest
+
+USER = "horustest"
+# the hostile clients need only the standard library; the venv's interpreter may sit below a
+# directory the user cannot enter (/root/.pyenv)
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def ensure_user():
+    """The passwd entry of ``horustest`` (created if absent); skips the test without root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create and act as the unprivileged user horustest")
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        pass
+    result = subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                             "--shell", "/usr/sbin/nologin", USER], capture_output=True, text=True)
+    try:  # another test process may have created it at the same moment
+        return pwd.getpwnam(USER)
+    except KeyError:
+        pytest.fail(f"could not create user {USER}: {result.stderr.strip()}", pytrace=False)
+
+
+def run_python_as(user, code, *args, timeout=60, env=None):
+    """Run ``python -c code args`` as ``user`` (a passwd entry); returns the CompletedProcess."""
+    return subprocess.run([PYTHON, "-c", code, *map(str, args)], user=user.pw_uid, group=user.pw_gid,
+                          extra_groups=[], capture_output=True, text=True, timeout=timeout, cwd="/",
+                          env=env or {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+
+
+def popen_python_as(user, code, *args, **kwargs):
+    """Like :func:`run_python_as`, started in the background (stdin/stdout pipes, text mode)."""
+    return subprocess.Popen([PYTHON, "-c", code, *map(str, args)], user=user.pw_uid, group=user.pw_gid,
+                            extra_groups=[], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
+                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, **kwargs)
