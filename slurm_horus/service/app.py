@@ -280,7 +280,7 @@ class Horusd:
         placer.on_claimed = self.claimed
         with old.lock:
             old._apply_claims()
-            placer.requested_classes = set(old.requested_classes)
+            placer.requested_classes = old.requested_classes.copy()
             placer.offered = old.offered.copy()  # a claim may arrive for an offer made before the reload
             placer.claims = old.claims  # one queue: a claim sent to the old placer meanwhile is not lost
             placer.last_claim = old.last_claim
