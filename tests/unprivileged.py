@@ -46,3 +46,16 @@ def popen_python_as(user, code, *args, **kwargs):
     return subprocess.Popen([PYTHON, "-c", code, *map(str, args)], user=user.pw_uid, group=user.pw_gid,
                             extra_groups=[], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, **kwargs)
+
+
+def horus_as(user, args, timeout=120, env=None):
+    """Run the ``horus`` command line as ``user``: this checkout and the venv's packages on PYTHONPATH
+    (the venv's own interpreter may be unreachable for that user)."""
+    import sysconfig
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    path = os.pathsep.join([str(root), sysconfig.get_paths()["purelib"]])
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": path, **(env or {})}
+    return subprocess.run([PYTHON, "-m", "slurm_horus", *map(str, args)], user=user.pw_uid, group=user.pw_gid,
+                          extra_groups=[], capture_output=True, text=True, timeout=timeout, cwd="/", env=full_env)
