@@ -25,7 +25,8 @@ Reply (horusd -> client)::
 or ``{"ok": false, "error": "..."}``. ``action == "unchanged"`` means: leave the job to Slurm.
 
 Limits (a request over them is answered ``ok: false`` and never reaches a decision): a line of at
-most ``MAX_LINE_BYTES``, a JSON object nested at most ``MAX_DEPTH`` deep, no NaN or Infinity.
+most ``MAX_LINE_BYTES``, a JSON object nested at most ``MAX_DEPTH`` deep, no NaN or Infinity, and
+each field above of its type (:data:`FIELD_TYPES`; fields not named there are ignored).
 
 Clients must treat *anything* unexpected (no socket, timeout, garbage, ok=false) as "unchanged":
 slurm-horus never costs a user their submission. :func:`ask` does exactly that and returns None.
@@ -40,6 +41,37 @@ import time
 MAX_LINE_BYTES = 64 * 1024  # a request line (the largest real one, horus-sbatch's, is ~1 KiB)
 MAX_REPLY_BYTES = 1 << 20  # a reply line (--explain lists candidates)
 MAX_DEPTH = 8  # nesting of a request's JSON (real ones: 2)
+
+
+_TEXT = ("op", "reply", "user", "partition", "job_name", "comment", "script_hash", "job_class", "tres_per_node",
+         "tres_per_job", "tres_per_task", "req_nodes", "exc_nodes", "gpu_type", "id", "source", "peer")
+_WHOLE = ("uid", "num_nodes", "num_tasks", "gpus_per_node", "min_nodes")
+_FLAGS = ("explain", "dry_run", "offer")
+FIELD_TYPES = {**{name: "text" for name in _TEXT}, **{name: "whole number" for name in _WHOLE},
+               **{name: "true or false" for name in _FLAGS}, "time_limit_min": "number",
+               "hints": "object of texts"}
+_MAX_WHOLE = 1 << 53  # what a Lua number (a double) holds exactly
+
+
+def _of_type(value, kind):
+    if value is None:  # the Lua sends null for what a job does not set
+        return True
+    if kind == "text":
+        return isinstance(value, str)
+    if kind == "whole number":
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_WHOLE
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= _MAX_WHOLE
+    return isinstance(value, dict) and all(isinstance(v, str) or v is None for v in value.values())
+
+
+def check_fields(message):
+    """Raise ValueError naming the first field of ``message`` that is not of its type."""
+    for name, kind in FIELD_TYPES.items():
+        if name in message and not _of_type(message[name], kind):
+            raise ValueError(f"{name} must be {kind}")
 
 
 def encode(message):
@@ -64,9 +96,10 @@ def _depth(value):
     return deepest
 
 
-def decode(line, max_bytes=MAX_LINE_BYTES):
+def decode(line, max_bytes=MAX_LINE_BYTES, request=True):
     """Parse one line into a dict; raises ValueError on anything that is not a JSON object within
-    the limits (length, nesting, numbers only), whatever the bytes are."""
+    the limits (length, nesting, numbers only; for a ``request``, the fields' types), whatever the
+    bytes are."""
     if len(line) > max_bytes:
         raise ValueError(f"line longer than {max_bytes} bytes")
     try:
@@ -77,6 +110,8 @@ def decode(line, max_bytes=MAX_LINE_BYTES):
         raise ValueError("message is not a JSON object")
     if _depth(message) > MAX_DEPTH:
         raise ValueError("nested too deeply")
+    if request:
+        check_fields(message)
     return message
 
 
@@ -117,7 +152,7 @@ def ask(request, address, timeout_s=0.1):
             if not chunk:
                 return None
             buffer += chunk
-        reply = decode(buffer.split(b"\n", 1)[0], max_bytes=MAX_REPLY_BYTES)
+        reply = decode(buffer.split(b"\n", 1)[0], max_bytes=MAX_REPLY_BYTES, request=False)
     except (OSError, ValueError):
         return None
     finally:

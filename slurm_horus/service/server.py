@@ -86,7 +86,7 @@ def authorize(message, uid, controller):
         message["peer"] = "controller"
         return None
     op = message.get("op")
-    if op not in USER_OPS:
+    if not isinstance(op, str) or op not in USER_OPS:
         return "only place, ping and confirm are answered on the user socket"
     requested = message.get("uid")
     if requested is not None:
@@ -263,7 +263,7 @@ class Frontend:
         if refusal:
             return self._refuse(client, refusal, kv)
         op = message.get("op")
-        if op in SLOW_OPS:
+        if isinstance(op, str) and op in SLOW_OPS:
             self._hand_to_worker(client, message)
             return False
         if op != "claim" and _peer_gone(client.sock):
