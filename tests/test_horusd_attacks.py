@@ -16,7 +16,7 @@ import pytest
 from slurm_horus.service import protocol
 from slurm_horus.service.server import Frontend
 
-from unprivileged import ensure_user, popen_python_as, run_python_as
+from unprivileged import IDLE_CONNECTIONS, ensure_user, popen_python_as, requests_as
 
 
 class Recorder:
@@ -132,22 +132,8 @@ def test_reloads_run_one_at_a_time_and_requests_are_answered_meanwhile(front):
             sock.close()
 
 
-HOSTILE_REQUESTS = r"""
-import json, socket, sys
-path = sys.argv[1]
-out = []
-for line in sys.argv[2:]:
-    s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(path)
-    s.sendall(line.encode() + b"\n")
-    out.append(json.loads(s.makefile().readline()))
-print(json.dumps(out))
-"""
-
-
 def hostile(user, front, *messages):
-    result = run_python_as(user, HOSTILE_REQUESTS, front.user_socket_path, *[json.dumps(m) for m in messages])
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return requests_as(user, front.user_socket_path, *messages)
 
 
 def test_the_user_socket_refuses_reload_and_claim(user, front):
@@ -163,23 +149,6 @@ def test_on_the_user_socket_the_user_is_who_the_kernel_says(user, front):
                       {"op": "place", "dry_run": True}, {"op": "confirm", "id": "h1"})
     assert [(r["uid"], r["user"]) for r in replies] == [(user.pw_uid, user.pw_name)] * 4
     assert [m["user"] for m in front.decide_calls.seen] == [user.pw_name] * 4
-
-
-IDLE_CONNECTIONS = r"""
-import resource, socket, sys
-resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-held = []
-for _ in range(int(sys.argv[2])):
-    s = socket.socket(socket.AF_UNIX); s.settimeout(2)
-    try:
-        s.connect(sys.argv[1])
-        s.sendall(b'{"op": "pl')  # half a request, never finished
-    except OSError:
-        s.close(); continue
-    held.append(s)
-print("ready", flush=True)
-sys.stdin.readline()
-"""
 
 
 def open_fds():
