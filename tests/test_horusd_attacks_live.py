@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from slurm_horus.localcluster import LocalCluster, prerequisite_problems
 from slurm_horus.service import protocol
+
+from conftest import local_cluster
 
 from unprivileged import IDLE_CONNECTIONS, ensure_user, nested_line_as, popen_python_as, requests_as, sbatch_as
 
@@ -34,17 +35,9 @@ def user():
 
 @pytest.fixture(scope="module")
 def attacked():
-    problems = prerequisite_problems(with_dbd=False)
-    if problems:
-        pytest.fail("; ".join(problems), pytrace=False)
     # a short breaker pause, so that a test sees job_submit.lua try again within a second
-    cluster = LocalCluster(nodes=2, gpus=4, horus=True,
-                           horus_settings={"breaker_open_s": "1", "breaker_max_open_s": "2"}).up()
-    try:
-        yield cluster
-    finally:
-        survivors = cluster.down()
-        assert not survivors, f"processes left behind: {survivors}"
+    yield from local_cluster(nodes=2, gpus=4, horus=True,
+                             horus_settings={"breaker_open_s": "1", "breaker_max_open_s": "2"})
 
 
 @pytest.fixture
