@@ -40,7 +40,7 @@ class Recorder:
             with self.lock:
                 self.reloading += 1
                 self.most_reloading = max(self.most_reloading, self.reloading)
-            time.sleep(0.2)
+            time.sleep(1.0)  # a reload rebuilds models: slow
             with self.lock:
                 self.reloading -= 1
             return {"ok": True, "reloaded": True}
@@ -122,9 +122,9 @@ def test_reloads_run_one_at_a_time_and_requests_are_answered_meanwhile(front):
         sock.sendall(protocol.encode({"op": "reload"}))
         clients.append(sock)
     try:
-        ok, took = answered_quickly(front)
-        assert ok and took < 0.15
-        time.sleep(0.5)
+        ok, took = answered_quickly(front, limit_s=2.0)
+        assert ok and took < 0.5  # not behind a reload (1 s each)
+        time.sleep(1.5)
         assert front.decide_calls.most_reloading == 1
         assert threading.active_count() < 10
     finally:
@@ -187,8 +187,8 @@ def test_a_user_who_floods_and_never_reads_cannot_stall_the_frontend(user, front
     attacker = popen_python_as(user, FLOOD_WITHOUT_READING, front.user_socket_path)
     try:
         time.sleep(0.5)
-        worst = max(answered_quickly(front, n=i)[1] for i in range(5))
-        assert worst < 0.1
+        worst = max(answered_quickly(front, n=i, limit_s=3.0)[1] for i in range(5))
+        assert worst < 0.5  # a reply the flooder does not read once stalled the front 1 s
         decided = sum(1 for m in front.decide_calls.seen if m.get("user") == user.pw_name)
         assert decided <= Frontend.USER_BURST + 5
     finally:
