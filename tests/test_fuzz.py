@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -37,6 +38,7 @@ COUNTS = collections.Counter()  # examples run per target (bench/bench_fuzz.py r
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 TMP = tempfile.mkdtemp(prefix="horus-fuzz-")
+atexit.register(shutil.rmtree, TMP, True)
 
 
 # ---- wire protocol --------------------------------------------------------------------------------
