@@ -146,13 +146,22 @@ def test_sjf_orders_by_predicted_duration():
     assert [r.job_id for r in fifo.order(queue)] == ["long", "short"]
 
 
-def test_sjf_ffs_shares_the_first_gpu_that_qualifies():
+def test_sjf_ffs_takes_free_gpus_first_then_shares_the_first_that_qualifies():
     state = cluster(1, 2)
     policy = make_policy("sjf-ffs", models_for(state, TablePredictor(default=0.3)))
     decisions = fill(state, policy, ["a", "b", "c", "d", "e"])
-    # first fit in GPU order, sharing or not; at most 2 jobs per GPU
-    assert [d.gpu_ids for d in decisions[:4]] == [(0,), (0,), (1,), (1,)]
+    # free GPUs first (first fit), then sharing in GPU order whatever the interference; ≤ 2 jobs per GPU
+    assert [d.gpu_ids for d in decisions[:4]] == [(0,), (1,), (0,), (1,)]
+    assert [d.shared for d in decisions[:4]] == [False, False, True, True]
     assert not decisions[4].placed
+
+
+def test_sjf_ffs_multi_gpu_job_prefers_a_node_of_free_gpus():
+    state = cluster(2, 2)
+    state.place(RunningJob("r", "a", (0,), 0.0, 100.0))
+    policy = make_policy("sjf-ffs", models_for(state, TablePredictor(default=0.9)))
+    d = run(policy, state, JobRequest("m", "b", gpus_per_node=2))
+    assert d.gpu_ids == (2, 3) and not d.shared
 
 
 def test_bsbf_formula_matches_hand_computation():
@@ -173,6 +182,46 @@ def test_bsbf_shares_only_when_benefit_positive_and_picks_best():
     policy2 = make_policy("sjf-bsbf", models_for(state2, table))
     fill(state2, policy2, ["bad"])
     assert not run(policy2, state2, JobRequest("n2", "n", predicted_duration=100.0)).placed
+
+
+def test_bsbf_breaks_ties_by_lowest_t_con_as_the_reference():
+    # two qualifying partners: "near" ends soon (low T_con), "far" gives the larger T_seq − T_con
+    state = cluster(1, 2)
+    state.place(RunningJob("near", "near", (0,), 0.0, 20.0))
+    state.place(RunningJob("far", "far", (1,), 0.0, 1000.0))
+    table = TablePredictor({("n", "near"): 0.8, ("near", "n"): 0.8, ("n", "far"): 0.9, ("far", "n"): 0.9})
+    policy = make_policy("sjf-bsbf", models_for(state, table))
+    from slurm_horus.placement.policies.sjf_bsbf import pair_times
+    times = {name: pair_times(100.0, end, table.pairs[("n", name)], table.pairs[(name, "n")])
+             for name, end in (("near", 20.0), ("far", 1000.0))}
+    assert all(t_con < t_seq for t_con, t_seq in times.values())
+    assert times["near"][0] < times["far"][0]  # lowest T_con ...
+    assert times["far"][1] - times["far"][0] > times["near"][1] - times["near"][0]  # ... not largest benefit
+    d = run(policy, state, JobRequest("n", "n", predicted_duration=100.0))
+    assert d.shared and d.gpu_ids == (0,)
+
+
+def test_bsbf_sub_batches_a_pair_that_does_not_fit_in_memory():
+    state = cluster(1, 1)
+    state.place(RunningJob("r", "lm-bs20", (0,), 0.0, 400.0))
+    table = TablePredictor({("resnet50-bs64", "lm-bs20"): 0.0, ("lm-bs20", "resnet50-bs64"): 0.0,
+                            ("resnet50-bs32", "lm-bs20"): 0.8, ("lm-bs20", "resnet50-bs32"): 0.8,
+                            ("resnet50-bs16", "lm-bs20"): 0.9, ("lm-bs20", "resnet50-bs16"): 0.9}, default=0.5)
+    for name in ("resnet50-bs16", "resnet50-bs32"):
+        state.classes.id(name)
+    solo = {("v100", "resnet50-bs64"): 4.0, ("v100", "resnet50-bs32"): 7.0, ("v100", "resnet50-bs16"): 12.0}
+    models = PolicyModels(state.classes, lambda kind: table, truth=table, profiles=[])
+    models.solo_tput.update(solo)
+    policy = make_policy("sjf-bsbf", models)
+    d = run(policy, state, JobRequest("n", "resnet50-bs64", predicted_duration=100.0))
+    # the largest micro-batch that fits and still pays: 32 x 2, at 0.8 x (7*32)/(4*64) of its speed
+    assert d.placed and d.shared and (d.micro_batch, d.grad_accum) == (32, 2)
+    assert d.predicted_norm_tput == pytest.approx(0.8 * (7 * 32) / (4 * 64))
+    assert d.to_dict()["micro_batch"] == 32 and "sub-batched" in d.reason
+    assert state.jobs["n"].job_class == "resnet50-bs32"  # what runs (and interferes) is the micro-batch
+    off = make_policy("sjf-bsbf/sub_batch=false", models)
+    state.release("n")
+    assert not run(off, state, JobRequest("n2", "resnet50-bs64", predicted_duration=100.0)).placed
 
 
 def test_horus_util_minimizes_summed_slowdown_under_limits():

@@ -117,9 +117,7 @@ def policy_models(truth: Truth, classes: ClassIndex, holdout: bool = True,
                 built[kind] = build_model(predictor, profiles, observations)
         return built[kind]
 
-    utilization = {(p.gpu_type, p.job_class): p.gpu_util for p in profiles if p.gpu_util is not None}
-    return PolicyModels(classes, factory, truth=truth.as_predictor(), utilization=utilization,
-                        default_kind=predictor)
+    return PolicyModels(classes, factory, truth=truth.as_predictor(), default_kind=predictor, profiles=profiles)
 
 
 def prepare_trace(trace: Sequence[TraceJob], truth: Truth, seed: int, load: float,

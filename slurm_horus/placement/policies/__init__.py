@@ -1,8 +1,9 @@
 """Placement policies, one module each. ``make_policy(name, models)`` builds one by name."""
 
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from ...interference.base import Predictor
+from ...interference.base import Predictor, SoloProfile
+from ...interference.priors import builtin_priors
 from ..pairs import PairTable
 from ..state import ClassIndex
 from .deepboot import DeepBoot
@@ -29,13 +30,18 @@ class PolicyModels:
 
     def __init__(self, classes: ClassIndex, predictor_factory: Callable[[str], Predictor],
                  truth: Optional[Predictor] = None,
-                 utilization: Optional[Dict[Tuple[str, str], float]] = None, default_kind: str = "chain"):
+                 utilization: Optional[Dict[Tuple[str, str], float]] = None, default_kind: str = "chain",
+                 profiles: Optional[Sequence[SoloProfile]] = None):
         self.classes = classes
         self.predictor_factory = predictor_factory
         self.truth = truth
-        self.utilization = utilization or {}
         self.default_kind = default_kind
         self._predictors: Dict[str, Predictor] = {}
+        # solo profiles (the built-in priors unless given): measured utilization and solo throughput
+        self.profiles = list(profiles) if profiles is not None else list(builtin_priors()[0])
+        self.utilization = dict(utilization) if utilization is not None else {
+            (p.gpu_type, p.job_class): p.gpu_util for p in self.profiles if p.gpu_util is not None}
+        self.solo_tput = {(p.gpu_type, p.job_class): p.solo_tput for p in self.profiles if p.solo_tput}
 
     def predictor(self, kind: str) -> Predictor:
         if kind not in self._predictors:
@@ -81,7 +87,7 @@ def make_policy(spec: str, models: PolicyModels):
     if name == "sjf-ffs":
         return SJFFFS(models.pairs(), **_coerce(SJFFFS, raw))
     if name == "sjf-bsbf":
-        return SJFBSBF(models.pairs(), **_coerce(SJFBSBF, raw))
+        return SJFBSBF(models.pairs(), solo_tput=models.solo_tput, **_coerce(SJFBSBF, raw))
     if name == "horus-util":
         return HorusUtil(models.pairs(), utilization=models.utilization, **_coerce(HorusUtil, raw))
     if name == "iasp-iapp":
