@@ -224,23 +224,54 @@ def test_bsbf_sub_batches_a_pair_that_does_not_fit_in_memory():
     assert not run(off, state, JobRequest("n2", "resnet50-bs64", predicted_duration=100.0)).placed
 
 
-def test_horus_util_minimizes_summed_slowdown_under_limits():
-    state = cluster(1, 3)
-    table = TablePredictor({("n", "a"): 0.9, ("a", "n"): 0.9, ("n", "b"): 0.8, ("b", "n"): 0.95,
-                            ("n", "c"): 0.6, ("c", "n"): 0.99})
+def horus_util(state, table, util):
     policy = make_policy("horus-util", models_for(state, table))
-    fill(state, policy, ["a", "b", "c"])  # a on 0; b, c share? no: nothing to share with yet for a
-    # the three residents sit on separate GPUs only if sharing did not qualify among them
-    state = cluster(1, 3)
+    policy.utilization.update({("v100", c): u for c, u in util.items()})
+    policy._per_type.clear()
+    return policy
+
+
+def test_horus_util_takes_free_gpus_first_then_packs_toward_full_utilization():
+    state = cluster(1, 4)
+    util = {"a": 60.0, "b": 30.0, "c": 90.0, "n": 40.0, "m": 10.0}
+    policy = horus_util(state, TablePredictor(default=0.7), util)
     for g, c in enumerate(["a", "b", "c"]):
         state.place(RunningJob(c, c, (g,), 0.0, 100.0))
-    d = run(policy, state, JobRequest("n", "n"))
-    assert d.gpu_ids == (0,)  # 1/0.9 + 1/0.9 = 2.22 < 1/0.8 + 1/0.95 = 2.30; c breaks the 1.5 limit
-    policy.utilization[("v100", "n")] = 80.0
-    policy.utilization[("v100", "a")] = 40.0
-    policy._util_arrays.clear()
-    state.release("n")
-    assert run(policy, state, JobRequest("n2", "n")).gpu_ids == (1,)  # a+n = 120 % > 100 %
+    assert run(policy, state, JobRequest("free", "n")).gpu_ids == (3,)  # a free GPU always costs least
+    state.release("free")
+    state.place(RunningJob("d", "m", (3,), 0.0, 100.0))
+    # a+n = 100 % (cost 1.0), b+n = 70 % (1.3), c+n = 130 % (1 + 0.3 x 1.6), m+n = 50 % (1.5)
+    assert run(policy, state, JobRequest("n1", "n")).gpu_ids == (0,)
+    # GPU 0 now has two jobs: one more co-runner costs 1, so b (70 % + 40 %) wins over a+n+n
+    assert run(policy, state, JobRequest("n2", "n")).gpu_ids == (1,)
+
+
+def test_horus_util_packs_up_to_three_jobs_and_checks_every_resident():
+    state = build_cluster([NodeGroup(1, 1, "v100", 16000.0)], max_jobs_per_gpu=3)
+    table = TablePredictor({("z", "b"): 0.0, ("b", "z"): 0.0}, default=0.7)
+    policy = horus_util(state, table, {"a": 30.0, "b": 30.0, "y": 30.0, "z": 30.0})
+    state.place(RunningJob("r1", "a", (0,), 0.0, 100.0))
+    state.place(RunningJob("r2", "b", (0,), 0.0, 100.0))
+    assert not run(policy, state, JobRequest("z1", "z")).placed  # z cannot fit with b (second resident)
+    assert run(policy, state, JobRequest("y1", "y")).gpu_ids == (0,)  # a third job
+    assert not run(policy, state, JobRequest("y2", "y")).placed  # never a fourth
+
+
+def test_horus_util_queue_by_utilization_with_look_ahead():
+    state = cluster(1, 1)
+    policy = horus_util(state, TablePredictor(default=0.7), {"hi": 90.0, "lo": 10.0})
+    queue = [JobRequest("h", "hi", submit_time=0.0), JobRequest("l", "lo", submit_time=5.0)]
+    assert [r.job_id for r in policy.order(queue)] == ["l", "h"]
+    # a class nobody measured: predicted from its model's features (no profiling)
+    assert policy.util_of("resnet50-bs64", "v100") > 90.0 and policy.util_of("a3c", "v100") < 20.0
+    assert policy.util_of("no-such-model", "v100") == policy.unknown_util
+    # the look-ahead: after 5 jobs failed in one cycle, the rest of the queue waits for the next cycle
+    for k in range(3):
+        state.place(RunningJob(f"r{k}", "hi", (0,), 0.0, 100.0))
+    ctx = SchedulingContext(0.0, 9, 9)
+    reasons = [policy.decide(state, JobRequest(f"w{i}", "lo"), ctx).reason for i in range(7)]
+    assert all("look-ahead" not in r for r in reasons[:5]) and all("look-ahead" in r for r in reasons[5:])
+    assert "look-ahead" not in policy.decide(state, JobRequest("w", "lo"), SchedulingContext()).reason
 
 
 def test_iasp_picks_least_similar_node_then_best_gpu():

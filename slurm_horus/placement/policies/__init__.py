@@ -42,6 +42,19 @@ class PolicyModels:
         self.utilization = dict(utilization) if utilization is not None else {
             (p.gpu_type, p.job_class): p.gpu_util for p in self.profiles if p.gpu_util is not None}
         self.solo_tput = {(p.gpu_type, p.job_class): p.solo_tput for p in self.profiles if p.solo_tput}
+        self.gmem = {(p.gpu_type, p.job_class): p.gmem_mb for p in self.profiles if p.gmem_mb}
+        self._util_model = None
+
+    @property
+    def util_model(self):
+        """Horus's utilization predictor from model features, refined by the measured utilizations of
+        the profiles (the analytic prior alone when none was measured)."""
+        if self._util_model is None:
+            from ...interference.utilmodel import UtilizationModel
+
+            self._util_model = UtilizationModel().fit(
+                (p.job_class, p.gpu_type, p.gpu_util) for p in self.profiles if p.gpu_util is not None)
+        return self._util_model
 
     def predictor(self, kind: str) -> Predictor:
         if kind not in self._predictors:
@@ -89,7 +102,8 @@ def make_policy(spec: str, models: PolicyModels):
     if name == "sjf-bsbf":
         return SJFBSBF(models.pairs(), solo_tput=models.solo_tput, **_coerce(SJFBSBF, raw))
     if name == "horus-util":
-        return HorusUtil(models.pairs(), utilization=models.utilization, **_coerce(HorusUtil, raw))
+        return HorusUtil(models.pairs(), utilization=models.utilization, util_model=models.util_model,
+                         gmem=models.gmem, **_coerce(HorusUtil, raw))
     if name == "iasp-iapp":
         return IaspIapp(models.pairs("mlp"), similarity_pairs=models.pairs("cf"), **_coerce(IaspIapp, raw))
     if name in ("deepboot", "deepboot-nolend"):
