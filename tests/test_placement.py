@@ -286,6 +286,20 @@ def test_iasp_picks_least_similar_node_then_best_gpu():
     assert state.gpu_node[d.gpu_ids[0]] == 1
 
 
+def test_iasp_two_stages_node_by_similarity_then_gpus_by_performance_and_communication():
+    state = cluster(2, 4)  # GPUs 0,1 | 2,3 share a switch on each node
+    state.place(RunningJob("a", "a", (0,), 0.0, 100.0))  # node 0: a (similar to n), node 1: b (not)
+    state.place(RunningJob("b", "b", (5,), 0.0, 100.0))
+    table = TablePredictor({("n", "a"): 0.5, ("a", "n"): 0.9, ("n", "b"): 0.95, ("b", "n"): 0.9}, default=0.9)
+    policy = make_policy("iasp-iapp", models_for(state, table))
+    # node 1 is the least similar even though node 0 has three free GPUs; there, the two free GPUs of one
+    # switch (6, 7) beat free GPU 4 + another switch, and GPU 5 (shared: 0.95 < 1)
+    d = run(policy, state, JobRequest("n", "n", gpus_per_node=2))
+    assert d.gpu_ids == (6, 7) and not d.shared
+    with pytest.raises(ValueError):
+        make_policy("iasp-iapp/similarity=mlp", models_for(state, table))
+
+
 def test_deepboot_lends_and_reclaims():
     state = build_cluster([NodeGroup(1, 1, "v100", 16000.0, ("train",)),
                            NodeGroup(1, 1, "v100", 16000.0, ("infer",))])

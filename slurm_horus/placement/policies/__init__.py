@@ -105,7 +105,13 @@ def make_policy(spec: str, models: PolicyModels):
         return HorusUtil(models.pairs(), utilization=models.utilization, util_model=models.util_model,
                          gmem=models.gmem, **_coerce(HorusUtil, raw))
     if name == "iasp-iapp":
-        return IaspIapp(models.pairs("mlp"), similarity_pairs=models.pairs("cf"), **_coerce(IaspIapp, raw))
+        options = _coerce(IaspIapp, raw)
+        for key in ("similarity", "performance"):
+            known = ("cf", "ncf") if key == "similarity" else ("mlp", "mlp-deep")
+            if options.get(key, getattr(IaspIapp, key)) not in known:
+                raise ValueError(f"policy iasp-iapp: {key} must be one of {', '.join(known)}")
+        return IaspIapp(models.pairs(options.get("performance", IaspIapp.performance)),
+                        similarity_pairs=models.pairs(options.get("similarity", IaspIapp.similarity)), **options)
     if name in ("deepboot", "deepboot-nolend"):
         options = _coerce(DeepBoot, raw)
         if name == "deepboot-nolend":
