@@ -23,6 +23,16 @@ SHRINK = 3.0  # pseudo-observations pulling a class's observed mean towards the 
 TARGET_HISTORY, CORUNNER_HISTORY = slice(-5, -3), slice(-3, -1)
 
 
+def adam_step(params, grads, first, second, rate, step):
+    """One Adam update (β 0.9 / 0.999) of ``params`` in place; ``first``/``second`` are its moments."""
+    for p, grad, m1, m2 in zip(params, grads, first, second):
+        m1 *= 0.9
+        m1 += 0.1 * grad
+        m2 *= 0.999
+        m2 += 0.001 * grad * grad
+        p -= rate * (m1 / (1 - 0.9 ** step)) / (np.sqrt(m2 / (1 - 0.999 ** step)) + 1e-8)
+
+
 class _Means:
     """Observed mean normalized throughput of each class as target (rows) and co-runner (cols)."""
 
@@ -139,12 +149,7 @@ class MLPPredictor(TablePredictor):
                 grads[k], grads[k + 1] = acts[k // 2].T @ d_h + decay * params[k], d_h.sum(axis=0)
                 if k:
                     d_h = (d_h @ params[k].T) * (1 - acts[k // 2] ** 2)
-            for p, grad, m1, m2 in zip(params, grads, first, second):
-                m1 *= 0.9
-                m1 += 0.1 * grad
-                m2 *= 0.999
-                m2 += 0.001 * grad * grad
-                p -= rate * (m1 / (1 - 0.9 ** step)) / (np.sqrt(m2 / (1 - 0.999 ** step)) + 1e-8)
+            adam_step(params, grads, first, second, rate, step)
         return params
 
     def _forward(self, x):

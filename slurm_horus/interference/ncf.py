@@ -15,8 +15,9 @@ whose two classes were both observed co-located on some GPU type.
 
 import numpy as np
 
-from .cf import class_side
-from .table import TablePredictor, pair_observation_arrays
+from .cf import class_side, feasible_pair_arrays
+from .mlp import adam_step
+from .table import TablePredictor
 
 
 class NCFPredictor(TablePredictor):
@@ -26,11 +27,7 @@ class NCFPredictor(TablePredictor):
 
     def _fit(self):
         count, gpus = len(self.index), len(self.gpu_types)
-        g, t, c, y = pair_observation_arrays(self.index, self.observations, self.gpu_types)
-        feasible = y > 0
-        g, t, c, y = g[feasible], t[feasible], c[feasible], y[feasible]
-        self._seen = np.zeros(count, bool)
-        self._seen[t] = self._seen[c] = True
+        g, t, c, y = feasible_pair_arrays(self)
         self._side = {gpu: class_side(self.profile_table, gpu) for gpu in self.gpu_types}
         self._gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_types)}
         self.nets = []
@@ -68,7 +65,8 @@ class NCFPredictor(TablePredictor):
         params = self._init(count, gpus, side.shape[2], rng)
         rate, decay, dim = self.settings["rate"], self.settings["decay"], self.settings["dim"]
         flat = lambda p: [p["et"], p["ec"], p["eg"]] + [a for layer in p["mlp"] for a in layer] + p["out"]  # noqa: E731
-        moments = [(np.zeros_like(a), np.zeros_like(a)) for a in flat(params)]
+        first = [np.zeros_like(a) for a in flat(params)]
+        second = [np.zeros_like(a) for a in flat(params)]
         n = len(y)
         one_t, one_c, one_g = np.eye(count)[t], np.eye(count)[c], np.eye(gpus)[g]  # scatter-adds as products
         for step in range(1, self.settings["epochs"] + 1):
@@ -90,12 +88,7 @@ class NCFPredictor(TablePredictor):
             grads = [one_t.T @ d_et + decay * params["et"], one_c.T @ d_ec + decay * params["ec"],
                      one_g.T @ d_eg + decay * params["eg"]]
             grads += [a for layer in grads_mlp for a in layer] + grads_out
-            for p, grad, (m1, m2) in zip(flat(params), grads, moments):
-                m1 *= 0.9
-                m1 += 0.1 * grad
-                m2 *= 0.999
-                m2 += 0.001 * grad * grad
-                p -= rate * (m1 / (1 - 0.9 ** step)) / (np.sqrt(m2 / (1 - 0.999 ** step)) + 1e-8)
+            adam_step(flat(params), grads, first, second, rate, step)
         return params
 
     def _pair_matrix(self, gpu_type):
