@@ -85,19 +85,22 @@ class HorusUtil(Policy):
             self._queue_util[req.job_class] = util
         return (util, req.submit_time, req.job_id)
 
-    # ---- per-GPU sums of the residents' utilization and memory, kept up to date ----------------
+    # ---- per-GPU sums of the residents' utilization and memory, and their classes, kept up to date -
     def _sync(self, state):
+        """Follow ``state.jobs`` by the jobs that came and went since the last decision (two set
+        differences of the job ids, in C, plus O(changes)). A new state object starts over; a job re-placed under
+        the same id between two decisions is not seen (the cycle never does that: this policy does
+        not reclaim)."""
         if self._state is not state or len(self._util_sum) != state.n_gpus:
             self._state, self._seen = state, {}
             self._util_sum, self._mem_sum = np.zeros(state.n_gpus), np.zeros(state.n_gpus)
+            self._residents = np.full((state.n_gpus, self.max_jobs_per_gpu + 1), -1, dtype=np.int64)
         jobs = state.jobs
-        for job_id in [j for j, running in self._seen.items() if jobs.get(j) is not running]:
+        for job_id in self._seen.keys() - jobs.keys():
             self._add(state, self._seen.pop(job_id), -1.0)
-        if len(self._seen) != len(jobs):
-            for job_id, running in jobs.items():
-                if job_id not in self._seen:
-                    self._seen[job_id] = running
-                    self._add(state, running, 1.0)
+        for job_id in jobs.keys() - self._seen.keys():
+            self._seen[job_id] = jobs[job_id]
+            self._add(state, jobs[job_id], 1.0)
 
     def _add(self, state, running, sign):
         gpus = np.asarray(running.gpus, dtype=np.int64)
@@ -108,6 +111,11 @@ class HorusUtil(Policy):
             util, mem = self._class_arrays(state, state.gpu_type_of(int(gpus[0])))
         self._util_sum[gpus] += sign * util[cid]
         self._mem_sum[gpus] += sign * (running.mem_mb or mem[cid])
+        slots = self._residents[gpus]
+        for row, g in zip(slots, gpus):  # one slot per resident: its class id
+            free = np.flatnonzero(row == (-1 if sign > 0 else cid))
+            if len(free):
+                self._residents[g, free[0]] = cid if sign > 0 else -1
 
     # ---- the pipeline ----------------------------------------------------------------------------
     def decide(self, state, req, ctx=None, explain=False):
@@ -143,16 +151,17 @@ class HorusUtil(Policy):
         return np.where(ok, -cost, NEG_INF)
 
     def _fits_with_every_resident(self, cycle) -> np.ndarray:
-        """The framework checked the pair with the first resident; check the others (≤ 3 per GPU)."""
+        """The framework checked the pair with the first resident; check them all (≤ 3 per GPU)."""
         state = cycle.state
         ok = np.ones(len(cycle.idx), dtype=bool)
         if self.pairs is None:
             return ok
-        for pos in np.flatnonzero(state.gpu_njobs[cycle.idx] > 1):
-            g = int(cycle.idx[pos])
-            mat = self.pairs.matrix(state.gpu_type_of(g))
-            for other in state.gpu_jobs[g][1:]:
-                o = state.jobs[other].class_id
-                if mat[cycle.class_id, o] <= 0 or mat[o, cycle.class_id] <= 0:
-                    ok[pos] = False
+        residents = self._residents[cycle.idx]
+        types = state.gpu_type_id[cycle.idx]
+        c = cycle.class_id
+        for t in np.unique(types):
+            mat = self.pairs.matrix(state.gpu_types[t])
+            clash = np.append((mat[c] <= 0) | (mat[:, c] <= 0), False)  # trailing: an empty slot (-1)
+            sel = types == t
+            ok[sel] = ~clash[residents[sel]].any(axis=1)
         return ok

@@ -86,6 +86,8 @@ class IaspIapp(Policy):
         found over the subsets of the node's NVLink/PCIe groups (a node has a handful)."""
         state, k = cycle.state, cycle.req.gpus_per_node
         pos = np.flatnonzero((state.gpu_node[cycle.idx] == node) & (cycle.score > NEG_INF))
+        if k == 1:  # one GPU spans one group: the best one (ties: the first)
+            return pos[[int(np.argmax(cycle.score[pos]))]]
         groups = state.gpu_group[cycle.idx[pos]]
         names = np.unique(groups)
         best, best_value = None, -np.inf

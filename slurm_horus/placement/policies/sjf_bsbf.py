@@ -88,22 +88,29 @@ class SJFBSBF(SJFMixin, Policy):
             return
         job_tput, res_tput = cycle.job_tput.copy(), cycle.res_tput.copy()
         e_a = cycle.req.expected_duration()
-        for pos in np.flatnonzero(oom):
-            g = int(cycle.idx[pos])
-            gpu_type = state.gpu_type_of(g)
-            mat = self.pairs.matrix(gpu_type)
-            resident = int(cycle.resident[pos])
-            e_b = max(float(state.gpu_end0[g]) - cycle.ctx.now, 1.0)
-            for micro, accum, variant in variants:  # largest micro-batch first
-                v = state.classes.ids[variant]
+        positions = np.flatnonzero(oom)
+        gpus = cycle.idx[positions]
+        types = state.gpu_type_id[gpus]
+        open_ = np.ones(len(positions), dtype=bool)  # no variant chosen yet
+        for micro, accum, variant in variants:  # largest micro-batch first
+            v = state.classes.ids[variant]
+            for t in np.unique(types):
+                gpu_type = state.gpu_types[t]
                 speed = batch_speed(self.solo_tput, gpu_type, cycle.req.job_class, variant)
-                mine, theirs = float(mat[v, resident]), float(mat[resident, v])
-                if speed is None or mine <= 0 or theirs <= 0:
+                sel = open_ & (types == t)
+                if speed is None or not sel.any():
                     continue
-                if pair_benefit(e_a, e_b, speed * mine, theirs) > 0:
-                    job_tput[pos], res_tput[pos] = speed * mine, theirs
-                    self._variant_of_gpu[g] = (micro, accum, variant)
-                    break
+                mat = self.pairs.matrix(gpu_type)
+                resident = cycle.resident[positions[sel]]
+                mine, theirs = mat[v, resident], mat[resident, v]
+                e_b = np.maximum(state.gpu_end0[gpus[sel]] - cycle.ctx.now, 1.0)
+                ok = (mine > 0) & (theirs > 0) & (pair_benefit(e_a, e_b, speed * mine, theirs) > 0)
+                chosen = np.flatnonzero(sel)[ok]
+                job_tput[positions[chosen]] = speed * mine[ok]
+                res_tput[positions[chosen]] = theirs[ok]
+                open_[chosen] = False
+                for g in gpus[chosen]:
+                    self._variant_of_gpu[int(g)] = (micro, accum, variant)
         cycle.job_tput, cycle.res_tput = job_tput, res_tput
 
     def score_gpus(self, cycle):
