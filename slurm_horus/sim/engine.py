@@ -2,10 +2,10 @@
 
 Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot). Between events every
 running job progresses at its **true** normalized throughput for its co-runner set (a multi-GPU job at
-its slowest GPU, times what its placement costs it whatever the co-runners: communication when spread
-over more nodes than needed, a slower micro-batch when sub-batched — ``Truth.job_factor``); when a set changes, the affected jobs' remaining work is settled and their
-completion events are re-issued (stale ones are skipped by a version number). The policy decides
-from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
+its slowest GPU), times what its placement costs it whatever the co-runners (``Truth.job_factor``:
+communication when spread over more nodes than needed, a slower micro-batch when sub-batched); when a
+set changes, the affected jobs' remaining work is settled and their completion events are re-issued
+(stale ones are skipped by a version number). The policy decides from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
 when the pair ends, the way the live service learns from finished jobs. A co-location the truth
 says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is requeued after
 ``oom_penalty`` seconds and both directions of the pair are reported to the policy.
