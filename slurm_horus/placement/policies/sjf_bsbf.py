@@ -13,9 +13,10 @@ Sub-batching (the paper's answer to a pair that does not fit in memory): when th
 cannot run together (a predicted 0: memory), the job may run with a smaller per-step batch of its
 own model and accumulate gradients over ``batch / micro`` steps, keeping the global batch. Such a
 variant is considered only if the variant's pair is predicted to fit, and it must pass the same
-T_con < T_seq test with the variant's throughput: its pair value times the solo samples/s of the
-smaller batch over that of the submitted one (the solo profiles: Gavel measured every batch size of
-a model, so the cost of the smaller batch is known). The largest micro-batch that qualifies is used;
+T_con < T_seq test, T_con computed for a job that runs sub-batched for its whole run: exclusive time
+E_a / s, with s the solo samples/s of the smaller batch over that of the submitted one (the solo
+profiles: Gavel measured every batch size of a model), and the variant's pair values; T_seq (waiting,
+then running as submitted) unchanged. The largest micro-batch that qualifies is used;
 the decision carries ``micro_batch`` and ``grad_accum`` (HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM in the
 job's environment). Our reading: the paper does not say how the micro-batch is chosen; only
 single-GPU jobs are sub-batched here, and only among batch sizes of the same model that the class
@@ -72,11 +73,13 @@ class SJFBSBF(SJFMixin, Policy):
         super().__init__(pairs, **options)
         self.solo_tput = dict(solo_tput or {})
         self._variant_of_gpu: Dict[int, Tuple[int, int, str]] = {}  # last decision: gpu -> (micro, accum, class)
+        self._sub_t_con = None  # last decision: T_con of the sub-batched candidates (NaN elsewhere)
 
     # ---- sub-batching: replace predicted-OOM pairs by the best micro-batch variant that fits -----
     def _fill_predictions(self, cycle):
         super()._fill_predictions(cycle)
         self._variant_of_gpu = {}
+        self._sub_t_con = None
         if not self.sub_batch or self.pairs is None or cycle.req.n_gpus != 1:
             return
         oom = ~cycle.free & (cycle.job_tput <= 0)
@@ -87,6 +90,7 @@ class SJFBSBF(SJFMixin, Policy):
         if not variants:
             return
         job_tput, res_tput = cycle.job_tput.copy(), cycle.res_tput.copy()
+        self._sub_t_con = np.full(len(cycle.idx), np.nan)
         e_a = cycle.req.expected_duration()
         positions = np.flatnonzero(oom)
         gpus = cycle.idx[positions]
@@ -104,10 +108,14 @@ class SJFBSBF(SJFMixin, Policy):
                 resident = cycle.resident[positions[sel]]
                 mine, theirs = mat[v, resident], mat[resident, v]
                 e_b = np.maximum(state.gpu_end0[gpus[sel]] - cycle.ctx.now, 1.0)
-                ok = (mine > 0) & (theirs > 0) & (pair_benefit(e_a, e_b, speed * mine, theirs) > 0)
+                # sub-batched, the job runs as a job of E_a / speed alone for its whole run (after its
+                # partner too); waiting, it would run as submitted: T_seq is unchanged
+                t_con, _ = pair_times(e_a / speed, e_b, mine, theirs)
+                ok = (mine > 0) & (theirs > 0) & (t_con < e_b + 0.5 * e_a)
                 chosen = np.flatnonzero(sel)[ok]
                 job_tput[positions[chosen]] = speed * mine[ok]
                 res_tput[positions[chosen]] = theirs[ok]
+                self._sub_t_con[positions[chosen]] = t_con[ok]
                 open_[chosen] = False
                 for g in gpus[chosen]:
                     self._variant_of_gpu[int(g)] = (micro, accum, variant)
@@ -123,6 +131,9 @@ class SJFBSBF(SJFMixin, Policy):
             e_a = cycle.req.expected_duration()
             e_b = np.maximum(cycle.state.gpu_end0[cycle.idx[shared]] - cycle.ctx.now, 1.0)
             t_con, t_seq = pair_times(e_a, e_b, cycle.job_tput[shared], cycle.res_tput[shared])
+            if self._sub_t_con is not None:  # sub-batched candidates: their own T_con (see above)
+                sub = self._sub_t_con[shared]
+                t_con = np.where(np.isnan(sub), t_con, sub)
             # the reference's tie-break: among qualifying partners the lowest T_con
             score[shared] = np.where(t_con < t_seq, -t_con, NEG_INF)
         if np.isinf(score).all() and not free.any():
