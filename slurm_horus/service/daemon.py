@@ -415,6 +415,9 @@ class Placer:
             "corunner_slowdowns": {k: round(1.0 / v, 3) if v > 0 else None
                                    for k, v in decision.corunner_norm_tput.items()},
             "reason": decision.reason, "policy": decision.policy, "partition": partition or None,
+            # SJF-BSBF's sub-batching: the job runs micro_batch samples per step, grad_accum steps per update
+            "micro_batch": decision.micro_batch or None,
+            "grad_accum": decision.grad_accum if decision.micro_batch else None,
             "age": round(self.state_age(), 3),
             "candidates": explain_candidates(decision),
         }
