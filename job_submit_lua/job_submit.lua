@@ -192,10 +192,10 @@ local function env_value(env, name)
   return nil
 end
 
--- The job class horusd would read from this job (twin: slurm_horus/service/daemon.py job_class_of).
+-- The job class horusd would read from this job (twin: slurm_horus/jobclass.py job_class_of).
 function horus.job_class(env, comment)
   local name = env_value(env, "HORUS_CLASS")
-  if not name then
+  if not name or name == "" then
     local model = env_value(env, "HORUS_MODEL")
     if model and model ~= "" then
       name = string.lower(model)

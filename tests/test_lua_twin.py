@@ -191,7 +191,9 @@ def test_build_request_is_json_with_the_request(lua):
 
 def test_encode_kv_reply_round_trips_through_lua(lua):
     horus = lua.globals().HORUS
-    line = lua_twin.encode_kv_reply({"ok": True, "action": "place", "id": "h-1", "nodes": "n4",
+    from slurm_horus.service.protocol import encode_kv
+
+    line = encode_kv({"ok": True, "action": "place", "id": "h-1", "nodes": "n4",
                                      "tres": "gres:shard:g3:1", "mode": "shared", "slowdown": 1.1234,
                                      "age": 0.25, "reason": "pair; fits\nwell", "gpus": {"n4": [3]}})
     reply, why = pair(horus.parse_reply(line, horus.parse_config("")))
@@ -285,6 +287,8 @@ CLASS_CASES = [
     ({"HORUS_CLASS": "bert-large"}, "x class=lm"),
     ({"HORUS_MODEL": "ResNet50", "HORUS_BATCH_SIZE": "64"}, None),
     ({"HORUS_MODEL": "ResNet50"}, None),
+    ({"HORUS_CLASS": "", "HORUS_MODEL": "ResNet50"}, "class=lm"),
+    ({"HORUS_CLASS": "", "HORUS_MODEL": ""}, "class=lm"),
     ({}, "exp 3, class=transformer-bs64"),
     ({}, "horus_class=a3c;x=1"),
     ({}, "classy=no class=ok"),
@@ -296,10 +300,10 @@ CLASS_CASES = [
 
 @pytest.mark.parametrize("env, comment", CLASS_CASES)
 def test_job_class_twin(lua, env, comment):
-    from slurm_horus.service.daemon import job_class_of
+    from slurm_horus.jobclass import job_class_of
 
     lua_class = lua.globals().HORUS.job_class(to_lua(lua, env), comment)
-    assert lua_class == job_class_of({"hints": env, "comment": comment})
+    assert lua_class == job_class_of(hints=env, comment=comment)
 
 
 OFFERS = (

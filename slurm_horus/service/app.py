@@ -15,11 +15,12 @@ import time
 from ..config import load_config
 from ..errors import HorusError
 from ..placement.policies import PolicyModels, make_policy
-from ..slurm.parse import parse_sinfo, parse_squeue
-from ..slurm.runner import run_slurm
-from .daemon import Placer, Snapshot, unchanged
+from ..slurm import queries
+from .daemon import Placer
 from .history import History
-from .lua_twin import encode_kv_reply, offers_header
+from .offers import OffersFile
+from .protocol import error, parse_request, unchanged
+from .snapshot import Snapshot
 from .threads import run_in_background
 from .server import Frontend
 
@@ -29,16 +30,6 @@ OFFER_DELAY_S = 0.003
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
-
-
-def _offers_version_in(path):
-    """The version of an offers file left by an earlier horusd (0 if none or unreadable)."""
-    try:
-        with open(path) as existing:
-            version, _claimed, _generated = offers_header(existing.readline().rstrip("\n"))
-    except OSError:
-        return 0
-    return int(version or 0)
 
 
 class SlurmReader:
@@ -58,11 +49,10 @@ class SlurmReader:
     def read(self):
         taken_at = time.time()
         if self._nodes is None or self._reads % self.nodes_every == 0:
-            self._nodes = parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=self.slurm_conf,
-                                                timeout=self.timeout_s).stdout)
+            self._nodes = queries.sinfo(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
         self._reads += 1
         nodes = self._nodes
-        jobs = parse_squeue(run_slurm(["squeue", "--json"], slurm_conf=self.slurm_conf, timeout=self.timeout_s).stdout)
+        jobs = queries.squeue(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
         features = {}
         for node in nodes:
             for feature in getattr(node, "features", ()) or ():
@@ -85,12 +75,10 @@ def build_placer(config, predictor_factory=None, history=None):
             cache[kind] = (history.active_model(kind) if history is not None else None) or build_model(kind)
         return cache[kind]
 
-    placer_classes = None
     placer = Placer(None, binding=config.binding, gpu_type=config.gpu_type, gpu_memory_mb=gpu_memory_mb,
                     max_jobs_per_gpu=config.max_jobs_per_gpu, share_unknown=config.share_unknown,
                     slowdown_limit=config.slowdown_limit)
-    placer_classes = placer.classes
-    models = PolicyModels(placer_classes, factory)
+    models = PolicyModels(placer.classes, factory)
     try:
         placer.policy = make_policy(config.policy, models)
     except ValueError as exc:
@@ -110,23 +98,23 @@ class Horusd:
         self._decision_ms = 0.0
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
-        self.placer.on_left_to_slurm = self.wake.set
         self.offers_changed = threading.Event()
-        self.placer.on_change = self.state_changed
-        self.placer.on_claimed = self.claimed
-        self.offers_path = config.socket + ".offers"
-        # versions only grow, across restarts too: job_submit.lua takes one offer per version, and
-        # a horusd that restarts must not reuse a version a slurmctld has already taken from
-        self.offers_version = max(int(time.time() * 1000), _offers_version_in(self.offers_path))
-        self.offers_live = False  # the offers file holds offers (not only a header)
-        self._offers_file = threading.Lock()
+        self._wire(self.placer)
+        self.offers_file = OffersFile(config.socket + ".offers")
         self.refresh_errors = 0
         self.refresh_interval = config.refresh_s
         self._refresher = None
 
+    def _wire(self, placer):
+        placer.on_left_to_slurm = self.wake.set
+        placer.on_change = self.state_changed
+        placer.on_claimed = self.claimed
+
     # ---- requests -------------------------------------------------------------------------------
     def decide(self, message):
-        op = message.get("op")
+        """One decoded request line -> the reply's wire dict (None: a claim, answered with nothing)."""
+        request = parse_request(message)
+        op = request.op
         if op == "ping":
             return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
                     "decisions": self.placer.decisions, "policy": self.config.policy, "pid": os.getpid()}
@@ -134,30 +122,29 @@ class Horusd:
             self.reload()
             return {"ok": True, "reloaded": True}
         if op == "confirm":
-            return self.placer.confirm(message)
+            return self.placer.confirm(request).wire()
         if op == "claim":
-            self.placer.claim(message)
+            self.placer.claim(request)
             return None  # a notification: nothing is sent back
         if op != "place":
-            return {"ok": False, "error": f"unknown op {op!r}"}
+            return error(f"unknown op {message.get('op')!r}")
         placer = self.placer  # one consistent placer per request, even during a reload
         if placer.state_age() > max(30.0, 10 * self.config.refresh_s, 3 * self.refresh_interval):
-            return unchanged("cluster state is stale")
+            return unchanged("cluster state is stale").wire()
         started = time.perf_counter()
-        reply = placer.place(message)
+        reply = placer.place(request)
         self._decision_ms = (time.perf_counter() - started) * 1000
-        if self.config.offers and not message.get("dry_run"):
-            self._spend_offers(message, reply)
-        return reply
+        if self.config.offers and not request.dry_run:
+            self._spend_offers(request, reply)
+        return reply.wire()
 
-    def claimed(self, message, offer):
+    def claimed(self, request, offer):
         """A claim was recorded (by whichever thread read the state next): history row and log line."""
-        self.history.record({"op": "place", "user": message.get("user")}, offer)
+        self.history.record(request.user, offer.wire())
         log.info("horus: decision user=%s class=%s action=claim nodes=%s tres=%s slowdown=%s: offer %s taken",
-                 message.get("user"), offer.get("class"), ",".join(offer.get("nodes") or ()), offer.get("tres"),
-                 offer.get("slowdown"), offer.get("id"))
+                 request.user, offer.job_class, ",".join(offer.nodes), offer.tres, offer.slowdown, offer.id)
 
-    def _spend_offers(self, message, reply):
+    def _spend_offers(self, request, reply):
         """Offers published before this decision do not know it: none may be taken after its reply.
 
         job_submit.lua runs one submission at a time and learns from the reply which offers version
@@ -165,30 +152,28 @@ class Horusd:
         followed by submissions that never saw its reply: for those the offers are withdrawn now.
         Read under the file lock: a publish in progress (computed before this decision) is spent too.
         """
-        if message.get("reply") == "kv":
-            with self._offers_file:
-                reply["offers_version"] = self.offers_version
-        elif reply.get("action") == "place":
-            with self._offers_file:
-                if self.offers_live:
-                    self._write_offers({})
+        if request.kv:
+            with self.offers_file.lock:
+                reply.offers_version = self.offers_file.version
+        elif reply.placed:
+            with self.offers_file.lock:
+                self.offers_file.withdraw()
 
     def after_reply(self, message, reply):
         """Called by the front once the reply is sent: the log line and the history row wait until
         then, so that job_submit.lua (and slurmctld's job lock) do not wait for them."""
-        if message.get("op") != "place":
+        if message.get("op") != "place" or not reply:
             return
-        self.history.record(message, reply)
+        if not message.get("dry_run"):
+            self.history.record(message.get("user"), reply)
         log.info("horus: decision user=%s class=%s action=%s nodes=%s tres=%s slowdown=%s in %.2f ms: %s",
                  message.get("user"), reply.get("class"), reply.get("action"), ",".join(reply.get("nodes") or ()),
                  reply.get("tres"), reply.get("slowdown"), self._decision_ms, reply.get("reason"))
 
     # ---- offers -------------------------------------------------------------------------------
     def publish_offers(self):
-        """Write the next placement per job class where job_submit.lua reads it (atomically).
+        """Write the next placement per job class where job_submit.lua reads it (offers.py).
 
-        Line 1: ``version=N;claimed=ID;generated=EPOCH`` (ID: the last claim the offers know of);
-        then ``CLASS<TAB>key=value;...`` (the reply format).
         The Lua takes at most one offer per version, so two jobs never get the same offer. Offers
         computed on a state that changed meanwhile are not written: that change has asked for new
         ones, and the Lua's rules (docs/horusd.md) keep it from the older ones.
@@ -198,37 +183,16 @@ class Horusd:
             offers, generation, last_claim = placer.compute_offers()
         else:
             offers, generation, last_claim = {}, placer.generation, ""
-        with self._offers_file:
+        with self.offers_file.lock:
             if generation != placer.generation:
                 return False
-            self._write_offers(offers, last_claim)
+            self.offers_file.write({job_class: reply.wire() for job_class, reply in offers.items()}, last_claim)
         return True
 
     def state_changed(self):
         """The placer's state changed (a decision, a claim, a refresh): new offers a few ms later.
         A publish already computing on the old state will not write (see publish_offers)."""
         self.offers_changed.set()
-
-    def _write_offers(self, offers, last_claim=""):
-        """Caller holds ``_offers_file``."""
-        self.offers_version += 1
-        lines = [f"version={self.offers_version};claimed={last_claim};generated={time.time():.3f}"]
-        lines += [f"{job_class}\t{encode_kv_reply(reply)}" for job_class, reply in sorted(offers.items())]
-        tmp = f"{self.offers_path}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.fchmod(fd, 0o644)  # slurmctld's user reads it, whatever our umask
-            os.write(fd, ("\n".join(lines) + "\n").encode())
-        finally:
-            os.close(fd)
-        # unlink, then rename: renaming over an existing file makes ext4 flush the new one first
-        # (auto_da_alloc), 4x the cost. Meanwhile a reader finds no file, i.e. no offer: it asks.
-        try:
-            os.unlink(self.offers_path)
-        except FileNotFoundError:
-            pass
-        os.rename(tmp, self.offers_path)
-        self.offers_live = bool(offers)
 
     def _offers_loop(self):
         while not self.stopping.is_set():
@@ -243,7 +207,7 @@ class Horusd:
             try:
                 self.publish_offers()
             except Exception as exc:  # offers are an optimisation: the socket path still works
-                log.warning("horus: could not publish offers to %s: %s", self.offers_path, exc)
+                log.warning("horus: could not publish offers to %s: %s", self.offers_file.path, exc)
 
     # ---- state ----------------------------------------------------------------------------------
     def refresh_once(self):
@@ -275,16 +239,11 @@ class Horusd:
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
         old = self.placer
-        placer.on_left_to_slurm = self.wake.set
-        placer.on_change = self.state_changed
-        placer.on_claimed = self.claimed
+        self._wire(placer)
         with old.lock:
             old._apply_claims()
-            placer.requested_classes = set(old.requested_classes)
-            placer.offered = old.offered.copy()  # a claim may arrive for an offer made before the reload
-            placer.claims = old.claims  # one queue: a claim sent to the old placer meanwhile is not lost
-            placer.last_claim = old.last_claim
-            placer.ledger = dict(old.ledger)
+            placer.offers.carry_over(old.offers)
+            placer.ledger.entries = dict(old.ledger.entries)
         self.config = config
         try:
             snapshot = self.reader.read()
@@ -312,10 +271,7 @@ class Horusd:
         self.stopping.set()
         self.wake.set()
         self.offers_changed.set()
-        try:
-            os.unlink(self.offers_path)
-        except OSError:
-            pass
+        self.offers_file.remove()
         self.history.stop()
         self.frontend.stop()
 

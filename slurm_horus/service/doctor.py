@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from . import protocol
-from .lua_twin import offers_header
 
 
 def read_slurm_conf(path):
@@ -128,7 +127,7 @@ def check_offers(config, now=None):
     if not info.st_mode & 0o004:
         problems.append(("warning", f"{path} is not world-readable (mode {oct(info.st_mode & 0o777)}): "
                                     "slurmctld may not read it"))
-    _version, _claimed, generated = offers_header(header.strip())
+    _version, _claimed, generated = protocol.parse_offers_header(header.strip())
     if generated is None:
         problems.append(("warning", f"{path}: no version header: not written by this horusd"))
     else:

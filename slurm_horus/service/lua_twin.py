@@ -1,9 +1,9 @@
 """Python twin of every decision job_submit.lua makes (slurmjobpacker's rule).
 
 Each function mirrors the Lua function of the same name in ``job_submit_lua/job_submit.lua``; the
-tests run both on the same cases in real Lua 5.1 (lupa) and require identical answers. horusd uses
-:func:`gpu_request` to read requests the way the Lua reads them, and :func:`encode_kv_reply` to
-write the reply format that :func:`parse_reply` (and the Lua) accept.
+tests run both on the same cases in real Lua 5.1 (lupa) and require identical answers. Production
+code never imports this module: horusd's wire contract (what it reads and writes) is
+``service/protocol.py``, and the tests hold the twin against it too.
 
 A job is a plain dict with job_desc's field names (``tres_per_node``, ``min_nodes``...); unset
 numbers carry Slurm's NO_VAL (4294967294).
@@ -229,34 +229,6 @@ def append_token(job, reply):
     return token
 
 
-def encode_kv_reply(reply):
-    """horusd's reply in the key=value form the Lua parses; ';' and newlines are removed from values."""
-    parts = []
-    for key in sorted(reply):
-        value = reply[key]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            value = ",".join(value)  # e.g. nodes
-        if value is None or isinstance(value, (dict, list)):
-            continue
-        if isinstance(value, bool):
-            value = "1" if value else "0"
-        elif isinstance(value, float):
-            value = "%.3f" % value
-        text = str(value).replace(";", ",").replace("\n", " ").replace("\r", " ")
-        parts.append("%s=%s" % (key, text))
-    return ";".join(parts)
-
-
-def offers_header(header):
-    """The first line of an offers file, ``version=N;claimed=ID;generated=EPOCH`` ->
-    (version str or None, claimed str or None, generated float or None)."""
-    version = re.match(r"^version=([0-9]+);", header)
-    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
-    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
-    return (version.group(1) if version else None, claimed.group(1) if claimed else None,
-            float(generated.group(1)) if generated else None)
-
-
 def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
     """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why).
     Versions up to ``spent`` may not be taken (job_submit.lua: the one it took, or the one horusd's
@@ -266,14 +238,18 @@ def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
     header, sep, rest = text.partition("\n")
     if not sep:
         return None, "no offers"
-    version, claimed, generated = offers_header(header)
+    version = re.match(r"^version=([0-9]+);", header)
+    version = version.group(1) if version else None
+    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
+    generated = float(generated.group(1)) if generated else None
     if version is None or generated is None:
         return None, "malformed offers"
     if now - generated > conf["max_offer_age_s"]:
         return None, "stale offers"
     if int(version) <= (spent or 0):
         return None, "offers spent"
-    if awaiting is not None and claimed != awaiting:  # Lua: "" is true
+    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
+    if awaiting is not None and (claimed.group(1) if claimed else None) != awaiting:  # Lua: "" is true
         return None, "claim not seen yet"
     for line in rest.split("\n"):
         match = re.match(r"^([^\t]+)\t(.*)\Z", line, re.S)

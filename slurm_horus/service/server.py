@@ -25,7 +25,6 @@ import threading
 import time
 
 from . import protocol
-from .lua_twin import encode_kv_reply
 
 log = logging.getLogger("horusd")
 
@@ -120,7 +119,7 @@ class Frontend:
         """Answer one line; then close, or (``keep``: the loop's table) wait for the client's next line."""
         reply, kv, message = self.answer(line, pending.sock, pending.controller)
         if reply is not None:  # None: a notification (claim) that the client does not wait for
-            data = (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
+            data = (protocol.encode_kv(reply) + "\n").encode() if kv else protocol.encode(reply)
             try:
                 pending.sock.setblocking(True)
                 pending.sock.settimeout(1.0)
