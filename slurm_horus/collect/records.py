@@ -9,7 +9,9 @@ returns. What each row keeps beyond sacct's own fields:
   ``gres/shard:gK`` is in AccountingStorageTRES, ``gres/shard:gK``; otherwise a ``gpus=`` token of
   the ``horus:`` admin comment tells;
 * ``horus_tokens`` / ``horus_id``: the ``horus:`` tokens of AdminComment and Comment;
-* ``job_class``: ``class=`` token (horus: or plain comment), else the job name.
+* ``job_class``: :func:`slurm_horus.jobclass.job_class_of` (the ``horus:`` token's class, else
+  ``class=`` in the comment), the very reader horusd uses; NULL when the class is unknown (such jobs
+  run exclusive and teach the model nothing).
 """
 
 import json
@@ -17,6 +19,7 @@ import re
 import time
 
 from ..errors import InputError
+from ..jobclass import UNKNOWN_CLASS, job_class_of
 from ..tokens import parse_horus_tokens
 
 TERMINAL_STATES = frozenset(
@@ -36,20 +39,6 @@ STEP_COLUMNS = (
     "cluster", "job_id", "step_id", "name", "state", "exit_code", "exit_signal", "start_time",
     "end_time", "elapsed_s", "nodes", "tres_alloc",
 )
-
-
-_CLASS_WORD = re.compile(r"(?:^|[\s,;])class=([A-Za-z0-9._+-]+)")
-
-
-def job_class_of(name, comment, admin_comment, tokens):
-    """Class of a job: horus token ``class=``, else ``class=`` in the comment, else the job name."""
-    if tokens.get("class"):
-        return tokens["class"]
-    for text in (comment, admin_comment):
-        match = _CLASS_WORD.search(text or "")
-        if match:
-            return match.group(1)
-    return name or None
 
 
 def gres_from_tres(entries):
@@ -132,9 +121,13 @@ def _finish_job_row(row, gres_entries, req_text):
         gpu_indices=_indices_text(indices),
         horus_id=decision_id,
         horus_tokens=json.dumps(tokens, sort_keys=True) if tokens else None,
-        job_class=job_class_of(row["name"], row["comment"], row["admin_comment"], tokens),
+        job_class=_known(job_class_of(comment=row["comment"], admin_comment=row["admin_comment"])),
     )
     return row
+
+
+def _known(job_class):
+    return None if job_class == UNKNOWN_CLASS else job_class
 
 
 # --- sacct --json (22.05, openapi dbv0.0.38) -------------------------------------------------

@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 from ..errors import InputError
 from .gres import GresItem, parse_gres, typed_gpu_indices
-from .hostlist import expand_hostlist
+from ..hostlist import expand_hostlist
 
 
 def _load(text, command, key):
