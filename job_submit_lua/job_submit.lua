@@ -133,12 +133,20 @@ function horus.gpu_request(job)
   return nil
 end
 
--- Should horus decide for this job? Returns true, or false and the reason (logged).
-function horus.should_handle(job, conf)
+-- Should horus decide for this job? Returns true, or false and the reason (logged). Left alone:
+-- what horus cannot place right (arrays, heterogeneous jobs, a job waiting on another job or on a
+-- begin time or a reservation of its own, a GPU type the user named) and, unless the site says
+-- otherwise, explicit nodelists and --exclusive. ``now``: the epoch (os.time()).
+function horus.should_handle(job, conf, now)
   local request, why = horus.gpu_request(job)
   if request == nil then return false, why or "no gpu" end
   if job.array_inx ~= nil and job.array_inx ~= "" then return false, "job array" end
   if job.het_job_offset ~= nil and is_set_number(job.het_job_offset) then return false, "heterogeneous job" end
+  if job.dependency ~= nil and job.dependency ~= "" then return false, "dependency" end
+  if is_set_number(job.begin_time) and job.begin_time > (now or os.time()) then
+    return false, "begin time set by the user"
+  end
+  if job.reservation ~= nil and job.reservation ~= "" then return false, "reservation" end
   if (job.req_nodes ~= nil and job.req_nodes ~= "") and not conf.handle_nodelist then
     return false, "explicit nodelist"
   end
@@ -146,6 +154,7 @@ function horus.should_handle(job, conf)
   if request.gpu_type and string.match(request.gpu_type, "^g%d+$") then
     return false, "already pinned to a gpu index"
   end
+  if request.gpu_type then return false, "explicit gpu type" end
   return true, request
 end
 
@@ -267,6 +276,7 @@ function horus.build_request(job, submit_uid, request, env)
     time_limit_min = is_set_number(job.time_limit) and job.time_limit or nil,
     exc_nodes = job.exc_nodes,
     hints = hints,
+    keep = true, -- this script can keep the job for horusd's queue (horus.keep)
   }
   return json_value(message)
 end
@@ -299,6 +309,7 @@ function horus.parse_reply(line, conf)
   local reply, why = horus.parse_kv(line)
   if not reply then return nil, why end
   if reply.action == "unchanged" then return reply end
+  if reply.action == "keep" then return horus.parse_keep(reply) end
   if reply.action ~= "place" then return nil, "unknown action" end
   if not reply.nodes or not string.match(reply.nodes, "^[%w%-%.%[%],]+$") then return nil, "bad nodes" end
   if not reply.tres or not string.match(reply.tres, "^[%w:/=,_%-]+$") then return nil, "bad tres" end
@@ -308,6 +319,39 @@ function horus.parse_reply(line, conf)
   local age = string.match(reply.age or "", "^%d+%.?%d*$") and tonumber(reply.age) or nil
   if age == nil or age > conf.max_state_age_s then return nil, "stale state" end
   return reply
+end
+
+-- A "keep" reply: horusd queues the job and will place it itself. The kept shape (``tres``) must be
+-- one horusd can move later: an untyped shard (gres:shard:1) or untyped whole GPUs per node
+-- (gres:gpu:N); the lease (seconds) bounds how long the job waits for horusd: then Slurm starts it.
+function horus.parse_keep(reply)
+  local bad = check_token_fields(reply)
+  if bad then return nil, bad end
+  local tres = reply.tres or ""
+  if not (tres == "gres:shard:1" or string.match(tres, "^gres:gpu:%d+$")) then
+    return nil, "bad kept tres"
+  end
+  local lease = string.match(reply.lease or "", "^%d+$") and tonumber(reply.lease) or nil
+  if lease == nil or lease < 1 or lease > 3600 then return nil, "bad lease" end
+  return reply
+end
+
+-- Keep the job for horusd: its kept shape, a begin time ``lease`` seconds ahead (Slurm will not
+-- start it before; horusd renews the lease while it lives and starts the job where it decides),
+-- and the token "horus:<id> mode=kept class=<class>". Returns the token.
+function horus.keep(job, reply, now)
+  job.tres_per_node = reply.tres
+  if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
+  if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+  job.begin_time = (now or os.time()) + tonumber(reply.lease)
+  local token = "horus:" .. reply.id .. " mode=kept class=" .. (reply.class or "unknown")
+  local previous = job.admin_comment
+  if previous ~= nil and previous ~= "" then
+    job.admin_comment = previous .. " " .. token
+  else
+    job.admin_comment = token
+  end
+  return token
 end
 
 -- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
@@ -499,6 +543,9 @@ function horus.submit(job, submit_uid)
   if not reply then return "unchanged: " .. tostring(parse_err) end
   horus.note_offers_version(reply)
   if reply.action == "unchanged" then return "unchanged: " .. tostring(reply.reason or "horusd left it to slurm") end
+  if reply.action == "keep" then
+    return "kept " .. horus.keep(job, reply) .. " tres=" .. reply.tres .. " lease=" .. reply.lease .. "s"
+  end
   local token = horus.apply(job, reply)
   return "placed " .. token .. " nodes=" .. reply.nodes .. " tres=" .. reply.tres
 end

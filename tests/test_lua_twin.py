@@ -54,6 +54,8 @@ def normalize(value):
     return value
 
 
+NOW = 1_800_000_000  # the epoch the should_handle and keep twins are asked at
+
 JOBS = [
     {},
     {"tres_per_node": "gres:gpu:2"},
@@ -77,6 +79,13 @@ JOBS = [
     {"tres_per_node": "gres:gpu:1", "shared": 0},
     {"tres_per_node": "gres:gpu:1", "shared": 65534},
     {"tres_per_node": "gres:gpu:1,gres:gpu:v100:1"},
+    {"tres_per_node": "gres:gpu:1", "dependency": "afterok:12"},
+    {"tres_per_node": "gres:gpu:1", "dependency": ""},
+    {"tres_per_node": "gres:gpu:1", "begin_time": NOW + 3600},
+    {"tres_per_node": "gres:gpu:1", "begin_time": NOW - 5},
+    {"tres_per_node": "gres:gpu:1", "begin_time": 0},
+    {"tres_per_node": "gres:gpu:1", "reservation": "maint"},
+    {"tres_per_node": "gres:gpu:a100:1"},
 ]
 
 CONFIGS = [
@@ -99,6 +108,14 @@ REPLIES = [
     "ok=1;action=place;id=h-8;nodes=n2;tres=gres:shard:g1:1;age=1;class=resnet18-bs64;partition=infer-lend",
     "ok=1;action=place;id=h-9;nodes=n2;tres=gres:shard:g1:1;age=1;class=a b",
     "ok=1;action=place;id=h-10;nodes=n2;tres=gres:shard:g1:1;age=1;partition=x;y",
+    "ok=1;action=keep;id=h-11;tres=gres:shard:1;mode=kept;class=lm-bs20;lease=30",
+    "ok=1;action=keep;id=h-12;tres=gres:gpu:2;mode=kept;class=unknown;lease=30",
+    "ok=1;action=keep;id=h-13;tres=gres:gpu:g1:1;mode=kept;lease=30",
+    "ok=1;action=keep;id=h-14;tres=gres:shard:g2:1;mode=kept;lease=30",
+    "ok=1;action=keep;id=h-15;tres=gres:gpu:1;mode=kept;lease=0",
+    "ok=1;action=keep;id=h-16;tres=gres:gpu:1;mode=kept;lease=99999",
+    "ok=1;action=keep;id=h-17;tres=gres:gpu:1;mode=kept",
+    "ok=1;action=keep;id=h 18;tres=gres:gpu:1;mode=kept;lease=30",
     "ok=0;error=boom",
     "ok=1;action=explode",
     "garbage",
@@ -118,8 +135,8 @@ def test_parse_config_twin(lua, config_text):
 def test_should_handle_twin(lua, job, config_text):
     horus = lua.globals().HORUS
     conf = horus.parse_config(config_text)
-    lua_ok, lua_detail = pair(horus.should_handle(to_lua(lua, job), conf))
-    py_ok, py_detail = lua_twin.should_handle(job, lua_twin.parse_config(config_text))
+    lua_ok, lua_detail = pair(horus.should_handle(to_lua(lua, job), conf, NOW))
+    py_ok, py_detail = lua_twin.should_handle(job, lua_twin.parse_config(config_text), NOW)
     assert lua_ok == py_ok
     assert normalize(from_lua(lua_detail)) == normalize(py_detail)
 
@@ -131,6 +148,12 @@ def test_should_handle_cases_mean_what_they_say():
     assert lua_twin.should_handle({"tres_per_node": "gres:gpu:1", "shared": 0}, conf) == (False, "explicit exclusive")
     ok, request = lua_twin.should_handle({"tres_per_job": "gres:gpu:4", "min_nodes": 2}, conf)
     assert ok and request["gpus_per_node"] == 2 and request["nodes"] == 2
+    gpu = {"tres_per_node": "gres:gpu:1"}
+    for extra, reason in (({"dependency": "afterany:3"}, "dependency"), ({"reservation": "r"}, "reservation"),
+                          ({"begin_time": NOW + 60}, "begin time set by the user"),
+                          ({"tres_per_node": "gres:gpu:v100:1"}, "explicit gpu type")):
+        assert lua_twin.should_handle({**gpu, **extra}, conf, NOW) == (False, reason)
+    assert lua_twin.should_handle({**gpu, "begin_time": NOW}, conf, NOW)[0]  # --begin=now: nothing to keep
 
 
 @pytest.mark.parametrize("line", REPLIES)
@@ -176,6 +199,30 @@ def test_apply_twin(lua, job, admin_comment):
     assert parse_horus_tokens(py_job["admin_comment"]) == ("h-9", expected)
 
 
+def test_parse_keep_refuses_what_horusd_could_not_move():
+    conf = lua_twin.parse_config("")
+    kept = [lua_twin.parse_reply(line, conf) for line in REPLIES if "action=keep" in line]
+    assert [why for _reply, why in kept] == [None, None, "bad kept tres", "bad kept tres", "bad lease", "bad lease",
+                                            "bad lease", "bad id"]
+
+
+@pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2, "admin_comment": "JS1:x"}])
+@pytest.mark.parametrize("tres", ["gres:shard:1", "gres:gpu:2"])
+def test_keep_twin(lua, job, tres):
+    horus = lua.globals().HORUS
+    reply = {"id": "h-20", "tres": tres, "mode": "kept", "class": "lm-bs20", "lease": "30"}
+    lua_job = to_lua(lua, job)
+    lua_token = horus.keep(lua_job, to_lua(lua, reply), NOW)
+    py_job = dict(job)
+    py_token = lua_twin.keep(py_job, reply, NOW)
+    assert lua_token == py_token == "horus:h-20 mode=kept class=lm-bs20"
+    assert normalize(from_lua(lua_job)) == normalize(py_job)
+    assert py_job["begin_time"] == NOW + 30 and py_job["tres_per_node"] == tres
+    assert not py_job.get("tres_per_job") and not py_job.get("tres_per_task")
+    assert parse_horus_tokens(py_job["admin_comment"]) == ("h-20", {"mode": "kept", "class": "lm-bs20"})
+
+
 def test_build_request_is_json_with_the_request(lua):
     horus = lua.globals().HORUS
     job = {"tres_per_job": "gres:gpu:2", "name": 'my "job"\n', "user_name": "alice", "time_limit": 60,
@@ -187,6 +234,7 @@ def test_build_request_is_json_with_the_request(lua):
     assert message["job_name"] == 'my "job"\n'
     assert message["gpus_per_node"] == 2 and message["num_nodes"] == 1
     assert message["time_limit_min"] == 60 and message["uid"] == 1000
+    assert message["keep"] is True  # the script can keep the job for horusd's queue
 
 
 def test_encode_kv_reply_round_trips_through_lua(lua):

@@ -1,7 +1,9 @@
 """``horus serve``: wire the site config, the Slurm reader, the placement core and the sockets.
 
 Lifecycle: read config → build the interference model and the policy → first refresh from Slurm →
-listen. A background thread refreshes the cluster state every ``refresh_s``; SIGHUP (or a
+listen. A background thread refreshes the cluster state every ``refresh_s``; another runs the
+scheduling cycle over the jobs horusd keeps (after every refresh, at least every ``cycle_s``),
+starts what it places (mover.py) and renews the kept jobs' lease; SIGHUP (or a
 ``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
 """
@@ -18,6 +20,7 @@ from ..placement.policies import PolicyModels, make_policy
 from ..slurm import queries
 from .daemon import Placer
 from .history import History
+from .mover import Mover
 from .offers import OffersFile
 from .protocol import error, parse_request, unchanged
 from .snapshot import Snapshot
@@ -27,6 +30,7 @@ from .server import Frontend
 log = logging.getLogger("horusd")
 
 OFFER_DELAY_S = 0.003
+MIN_REFRESH_GAP_S = 0.3  # an early refresh (a job was kept, left to Slurm) waits this long after the last
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
@@ -77,7 +81,8 @@ def build_placer(config, predictor_factory=None, history=None):
 
     placer = Placer(None, binding=config.binding, gpu_type=config.gpu_type, gpu_memory_mb=gpu_memory_mb,
                     max_jobs_per_gpu=config.max_jobs_per_gpu, share_unknown=config.share_unknown,
-                    slowdown_limit=config.slowdown_limit)
+                    slowdown_limit=config.slowdown_limit, queue=config.queue,
+                    lease_s=min(max(config.lease_s, 5.0), 3600.0))
     models = PolicyModels(placer.classes, factory)
     try:
         placer.policy = make_policy(config.policy, models)
@@ -99,6 +104,10 @@ class Horusd:
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
         self.offers_changed = threading.Event()
+        self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
+        self.mover = Mover(getattr(self.reader, "slurm_conf", None))
+        self.released_by_switch = False
+        self._next_renewal = 0.0  # monotonic time of the next lease renewal
         self._wire(self.placer)
         self.offers_file = OffersFile(config.socket + ".offers")
         self.refresh_errors = 0
@@ -107,6 +116,7 @@ class Horusd:
 
     def _wire(self, placer):
         placer.on_left_to_slurm = self.wake.set
+        placer.on_kept = self.wake.set  # squeue names the kept job's id: then the cycle may place it
         placer.on_change = self.state_changed
         placer.on_claimed = self.claimed
 
@@ -117,7 +127,8 @@ class Horusd:
         op = request.op
         if op == "ping":
             return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
-                    "decisions": self.placer.decisions, "policy": self.config.policy, "pid": os.getpid()}
+                    "decisions": self.placer.decisions, "policy": self.config.policy, "pid": os.getpid(),
+                    "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s}
         if op == "reload":
             self.reload()
             return {"ok": True, "reloaded": True}
@@ -213,14 +224,16 @@ class Horusd:
     def refresh_once(self):
         snapshot = self.reader.read()
         self.placer.load_snapshot(snapshot)
+        self.cycle_wanted.set()  # jobs may have ended: the queue may move
 
     def _refresh_loop(self):
-        last_cost = 0.0
+        last_cost, started = 0.0, 0.0
         while not self.stopping.is_set():
             # never spend more than ~5 % of the time refreshing: a huge queue makes squeue --json
             # slow, and slurmctld answers every submission more slowly while it serves us
             self.refresh_interval = max(self.config.refresh_s, 20 * last_cost)
-            self.wake.wait(self.refresh_interval)
+            if self.wake.wait(self.refresh_interval):  # early: fold a burst of wake-ups into one read
+                time.sleep(max(0.0, started + max(MIN_REFRESH_GAP_S, 3 * last_cost) - time.monotonic()))
             self.wake.clear()
             if self.stopping.is_set():
                 return
@@ -234,6 +247,46 @@ class Horusd:
                 if self.refresh_errors in (1, 10) or self.refresh_errors % 100 == 0:
                     log.warning("horus: refresh failed (%d in a row): %s", self.refresh_errors, exc)
 
+    # ---- the queue ------------------------------------------------------------------------------
+    def run_cycle_once(self):
+        """One pass: the kill switch, the scheduling cycle and its moves, the leases when due."""
+        placer = self.placer
+        if os.path.exists(self.config.disable_file):
+            # switched off: Slurm starts every kept job on its own, now (no waiting for the lease)
+            kept = placer.kept_job_ids()
+            if kept and not self.released_by_switch:
+                self.mover.release(kept)
+                log.warning("horus: kill switch %s: %d kept jobs left to Slurm", self.config.disable_file, len(kept))
+            self.released_by_switch = bool(kept) or self.released_by_switch
+            return
+        self.released_by_switch = False
+        unshaped = placer.take_unshaped()
+        if unshaped:
+            log.warning("horus: kept jobs %s ask for no GPU (a move cut short): their shard back", ",".join(unshaped))
+            self.mover.restore([(job_id, "gres:shard:1") for job_id in unshaped])
+        moves = placer.cycle()
+        if moves:
+            for decision_id in self.mover.start(moves):
+                placer.forget(decision_id)
+            self.wake.set()  # read the queue again soon: the moves show there
+        now = time.monotonic()
+        if now >= self._next_renewal:
+            kept = placer.kept_job_ids()
+            if kept:
+                self.mover.renew(kept, placer.lease_s)
+            self._next_renewal = now + placer.lease_s / 3
+
+    def _cycle_loop(self):
+        while not self.stopping.is_set():
+            self.cycle_wanted.wait(self.config.cycle_s)
+            self.cycle_wanted.clear()
+            if self.stopping.is_set():
+                return
+            try:
+                self.run_cycle_once()
+            except Exception:  # the queue must not stop: a kept job's lease runs out on its own anyway
+                log.exception("horus: scheduling cycle failed")
+
     def reload(self):
         """Re-read the site file and model; swap them in without dropping requests."""
         config = load_config()
@@ -244,6 +297,7 @@ class Horusd:
             old._apply_claims()
             placer.offers.carry_over(old.offers)
             placer.ledger.entries = dict(old.ledger.entries)
+            placer.unseen_keeps = dict(old.unseen_keeps)
         self.config = config
         try:
             snapshot = self.reader.read()
@@ -264,6 +318,7 @@ class Horusd:
         self.frontend.start()
         self._refresher = run_in_background(self._refresh_loop, "horusd-refresh")
         run_in_background(self._offers_loop, "horusd-offers")
+        run_in_background(self._cycle_loop, "horusd-cycle")
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 
@@ -271,6 +326,7 @@ class Horusd:
         self.stopping.set()
         self.wake.set()
         self.offers_changed.set()
+        self.cycle_wanted.set()
         self.offers_file.remove()
         self.history.stop()
         self.frontend.stop()

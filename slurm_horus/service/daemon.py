@@ -1,10 +1,18 @@
-"""horusd's placer: the cluster state in memory, the placement core, the ledger, offers and claims.
+"""horusd's placer: the cluster state in memory, the placement core, the ledger, offers, claims, the queue.
 
 The decision path reads memory only: a background thread re-reads ``sinfo``/``squeue --json`` and
 hands the snapshot to :meth:`Placer.load_snapshot`, which builds a fresh :class:`ClusterState`
-(snapshot.py) and puts back the placements squeue does not show yet (ledger.py). Each decision runs
-the configured policy of the placement core (the very code the simulator measures) on that state.
-Requests arrive typed (protocol.py); replies are formatted by replies.py.
+and the queue of kept jobs (snapshot.py) and puts back the placements squeue does not show yet
+(ledger.py). Each decision runs the configured policy of the placement core (the very code the
+simulator measures) on that state. Requests arrive typed (protocol.py); replies are formatted by
+replies.py.
+
+**The queue.** A GPU job that cannot be placed at submission (no room, a pair over the slowdown
+limit, or other jobs already waiting) is *kept*: job_submit.lua gives it a movable shape and a begin
+time ``lease_s`` ahead, and horusd runs the placement core's scheduling cycle
+(:func:`~slurm_horus.placement.cycle.run_cycle`, the very one the simulator runs) over the kept
+jobs whenever the cluster changes and at least every ``cycle_s``; :meth:`Placer.cycle` returns the
+jobs to start and where, which horusd applies with ``scontrol update`` (mover.py).
 """
 
 import logging
@@ -13,21 +21,36 @@ import time
 import uuid
 from typing import Callable, Optional
 
+from dataclasses import dataclass
+from typing import Dict, List
+
+from ..jobclass import UNKNOWN_CLASS
+from ..placement.cycle import CycleOptions, PendingQueue, run_cycle
 from ..placement.framework import SchedulingContext
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState
-from ..jobclass import UNKNOWN_CLASS
 from .ledger import Ledger, LedgerEntry
 from .offers import OfferBook
 from .protocol import Reply, Request, unchanged
-from .replies import explain_candidates, placement_reply
-from .snapshot import Snapshot, translate
+from .replies import explain_candidates, keep_reply, placement_reply
+from .snapshot import KeptJob, Snapshot, translate
 
 log = logging.getLogger("horusd")
 
 
+MAX_KEPT = 2000  # kept jobs beyond this are left to Slurm (every kept job costs a lease renewal)
+
+
 def new_decision_id():
     return "h" + uuid.uuid4().hex[:10]
+
+
+@dataclass
+class Move:
+    """A kept job the cycle placed: what to tell Slurm."""
+
+    kept: KeptJob
+    reply: Reply
 
 
 class Placer:
@@ -35,7 +58,7 @@ class Placer:
 
     def __init__(self, policy, binding="indexed", gpu_type="v100", gpu_memory_mb: Callable[[str], float] = None,
                  max_jobs_per_gpu=2, share_unknown=False, slowdown_limit=1.5, ledger_ttl_s=60.0,
-                 clock=time.time, known_classes=()):
+                 clock=time.time, known_classes=(), queue=True, lease_s=30.0):
         self.policy = policy
         self.binding = binding
         self.default_gpu_type = gpu_type
@@ -61,6 +84,17 @@ class Placer:
         self.on_claimed = None  # callback(claim request, offer reply) once a claim is recorded
         self.generation = 0  # counts changes of the state: offers computed on an older one are void
         self.decisions = 0
+        # the queue (module docstring)
+        self.queue_on = queue
+        self.lease_s = lease_s
+        self.queue: Optional[PendingQueue] = None  # kept jobs horusd may place now, in the policy's order
+        self.kept: Dict[str, KeptJob] = {}  # Slurm job id -> every kept job of the last snapshot
+        self.unseen_keeps: Dict[str, float] = {}  # decision id -> expiry: kept jobs squeue does not show yet
+        self.unshaped: set = set()  # kept jobs that ask for no GPU (a shard move cut short): restore them
+        self.cycle_options = CycleOptions()
+        self.on_kept = None  # callback: a job was kept (horusd reads squeue soon, to learn its job id)
+        self.kept_decisions = 0
+        self.started_from_queue = 0
 
     @property
     def ledger_ttl_s(self):
@@ -70,10 +104,20 @@ class Placer:
     def load_snapshot(self, snapshot: Snapshot):
         """Build a fresh ClusterState from Slurm's view plus the ledger entries squeue does not show."""
         view = translate(snapshot, self.classes, self.max_jobs_per_gpu, self.default_gpu_type, self.gpu_memory_mb)
+        queue = PendingQueue(self.policy)
         with self.lock:
             self._apply_claims()  # into the old state and the ledger, which carries them over
-            self.ledger.settle(view.placed_tokens, self.clock())
+            now = self.clock()
+            self.ledger.settle(view.placed_tokens, now)
             self.ledger.reapply(view.state)
+            # a kept job the cycle placed a moment ago may still show as kept: the ledger has it
+            self.kept = {job_id: kept for job_id, kept in view.kept.items() if kept.decision_id not in self.ledger}
+            for kept in self.kept.values():
+                if kept.placeable:
+                    queue.add(kept.request)
+            self.queue = queue
+            self.unshaped = set(view.unshaped)
+            self.unseen_keeps = {d: t for d, t in self.unseen_keeps.items() if d not in view.kept_tokens and t > now}
             self.state = view.state
             self.generation += 1
             self.snapshot_time = snapshot.taken_at
@@ -100,8 +144,13 @@ class Placer:
             exclusive=not may_share or self.binding != "shard",
         )
 
+    def queue_waiting(self) -> bool:
+        """Jobs wait in horusd's queue (or were kept a moment ago and squeue does not show them yet):
+        a new job joins them rather than overtake them (caller holds the lock)."""
+        return bool(self.queue) or bool(self.unseen_keeps)
+
     def place(self, request: Request) -> Reply:
-        """Decide for one place request."""
+        """Decide for one place request: place it now, keep it for the queue, or leave it to Slurm."""
         if request.problem:
             return unchanged(request.problem)
         if request.records:
@@ -111,27 +160,101 @@ class Placer:
             state = self.state
             if state is None:
                 return unchanged("no cluster state yet")
-            if self.left_to_slurm_since is not None:
-                return unchanged("jobs left to Slurm may be starting: waiting for a fresh cluster state")
             decision_id = new_decision_id()
             req = self.job_request(request, decision_id)
+            keeping = request.records and request.keep and self.queue_on and \
+                len(self.kept) + len(self.unseen_keeps) < MAX_KEPT
+            if keeping and self.queue_waiting():
+                return self._keep(req, "jobs wait in horusd's queue: this one joins them")
+            if self.left_to_slurm_since is not None:
+                return unchanged("jobs left to Slurm may be starting: waiting for a fresh cluster state")
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=request.explain)
             if not decision.placed:
+                if keeping:
+                    return self._keep(req, decision.reason)
                 if request.records:
                     self._left_to_slurm()
                 return unchanged(decision.reason, candidates=explain_candidates(decision))
             if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
+                why = f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit"
+                if keeping:
+                    return self._keep(req, why)
                 if request.records:
                     self._left_to_slurm()
-                return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
+                return unchanged(why)
             reply = placement_reply(state, decision, req, self.binding, decision_id, self.state_age())
             if request.records:
                 self._record(state, req, decision, reply, request.uid)
             elif request.offer:
                 self.offers.made(decision_id, req, decision, reply, self.clock())
             return reply
+
+    def _keep(self, req: JobRequest, reason) -> Reply:
+        """Keep the job for the queue (caller holds the lock): the reply tells job_submit.lua how."""
+        reply = keep_reply(req, self.binding, req.job_id, self.lease_s, reason)
+        self.unseen_keeps[req.job_id] = self.clock() + self.ledger.ttl_s
+        self.kept_decisions += 1
+        self.generation += 1  # offers computed while the queue was empty are void
+        if self.on_kept is not None:
+            self.on_kept()
+        if self.on_change is not None:
+            self.on_change()
+        return reply
+
+    # ---- the queue: one scheduling cycle over the kept jobs -------------------------------------
+    def cycle(self) -> List[Move]:
+        """Run the placement core's scheduling cycle over the kept jobs that may start now; each job
+        it starts is recorded (state, ledger) and returned as a Move for Slurm."""
+        moves = []
+        with self.lock:
+            self._apply_claims()
+            if self.state is None or not self.queue:
+                return moves
+            state = self.state
+
+            def start(req, decision):
+                kept = self.kept.get(req.job_id)
+                if kept is None or (decision.shared and decision.predicted_slowdown > self.slowdown_limit):
+                    return False  # over the limit: it waits for a better slot
+                reply = placement_reply(state, decision, req, self.binding, kept.decision_id, self.state_age())
+                self._record(state, req, decision, reply, None, job_id=req.job_id)
+                del self.kept[req.job_id]
+                moves.append(Move(kept, reply))
+                return True
+
+            run_cycle(state, self.policy, self.queue, self.clock(), start, options=self.cycle_options)
+            self.started_from_queue += len(moves)
+        return moves
+
+    def forget(self, decision_id):
+        """A placement Slurm refused (the job was cancelled meanwhile...): out of the state and the
+        ledger; the next refresh shows the job as it is."""
+        with self.lock:
+            entry = self.ledger.remove(decision_id)
+            if entry is not None and self.state is not None and entry.job.job_id in self.state.jobs:
+                self.state.release(entry.job.job_id)
+                self.generation += 1
+
+    def take_unshaped(self):
+        """Kept jobs found asking for no GPU (only a shard move cut short leaves one): to restore."""
+        with self.lock:
+            unshaped, self.unshaped = sorted(self.unshaped), set()
+            return unshaped
+
+    def kept_job_ids(self):
+        with self.lock:
+            return sorted(self.kept, key=int)
+
+    def queue_summary(self):
+        """For ``ping`` and ``horus doctor``: the kept jobs, how many may start, the oldest one's age."""
+        with self.lock:
+            now = self.clock()
+            submitted = [k.request.submit_time for k in self.kept.values() if k.request.submit_time]
+            return {"kept": len(self.kept), "waiting": len(self.queue or ()), "unseen": len(self.unseen_keeps),
+                    "oldest_s": round(now - min(submitted), 1) if submitted else 0.0,
+                    "started_from_queue": self.started_from_queue, "kept_decisions": self.kept_decisions}
 
     def _record(self, state, req, decision, reply: Reply, uid, job_id=""):
         """Put a decision in the state and the ledger (caller holds the lock)."""
@@ -158,8 +281,8 @@ class Placer:
         with self.lock:
             self._apply_claims()
             generation, last_claim = self.generation, self.offers.last_claim
-            if self.state is None or self.left_to_slurm_since is not None:
-                return {}, generation, last_claim
+            if self.state is None or self.left_to_slurm_since is not None or self.queue_waiting():
+                return {}, generation, last_claim  # waiting jobs go first: nobody may overtake them
             classes = list(self.offers.requested_classes)
             self.offers.forget_older_than(self.clock() - self.ledger.ttl_s)
         offers = {}

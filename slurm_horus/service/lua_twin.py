@@ -10,6 +10,7 @@ numbers carry Slurm's NO_VAL (4294967294).
 """
 
 import re
+import time
 
 NO_VAL = 4294967294
 NO_VAL16 = 65534
@@ -118,7 +119,7 @@ def gpu_request(job):
     return None, None
 
 
-def should_handle(job, conf):
+def should_handle(job, conf, now=None):
     """(True, request) or (False, reason)."""
     request, why = gpu_request(job)
     if request is None:
@@ -127,12 +128,20 @@ def should_handle(job, conf):
         return False, "job array"
     if _is_set(job.get("het_job_offset")):
         return False, "heterogeneous job"
+    if job.get("dependency"):
+        return False, "dependency"
+    if _is_set(job.get("begin_time")) and job["begin_time"] > (time.time() if now is None else now):
+        return False, "begin time set by the user"
+    if job.get("reservation"):
+        return False, "reservation"
     if job.get("req_nodes") and not conf["handle_nodelist"]:
         return False, "explicit nodelist"
     if job.get("shared") == 0 and not conf["handle_exclusive"]:
         return False, "explicit exclusive"
     if request["gpu_type"] and _INDEX_TYPE.match(request["gpu_type"]):
         return False, "already pinned to a gpu index"
+    if request["gpu_type"]:
+        return False, "explicit gpu type"
     return True, request
 
 
@@ -174,6 +183,8 @@ def parse_reply(line, conf):
         return None, why
     if reply.get("action") == "unchanged":
         return reply, None
+    if reply.get("action") == "keep":
+        return parse_keep(reply)
     if reply.get("action") != "place":
         return None, "unknown action"
     if not reply.get("nodes") or not _SAFE_NODES.match(reply["nodes"]):
@@ -204,6 +215,33 @@ def parse_confirm(line, claimed):
     if bad:
         return None, bad
     return reply, None
+
+
+def parse_keep(reply):
+    bad = _check_token_fields(reply)
+    if bad:
+        return None, bad
+    tres = reply.get("tres", "")
+    if not (tres == "gres:shard:1" or re.match(r"^gres:gpu:[0-9]+\Z", tres)):
+        return None, "bad kept tres"
+    lease = int(reply["lease"]) if re.match(r"^[0-9]+\Z", reply.get("lease", "")) else None
+    if lease is None or lease < 1 or lease > 3600:
+        return None, "bad lease"
+    return reply, None
+
+
+def keep(job, reply, now=None):
+    """Keep ``job`` (a dict) for horusd; returns the token."""
+    job["tres_per_node"] = reply["tres"]
+    if job.get("tres_per_job"):
+        job["tres_per_job"] = ""
+    if job.get("tres_per_task"):
+        job["tres_per_task"] = ""
+    job["begin_time"] = int(time.time() if now is None else now) + int(reply["lease"])
+    token = "horus:%s mode=kept class=%s" % (reply["id"], reply.get("class", "unknown"))
+    previous = job.get("admin_comment")
+    job["admin_comment"] = previous + " " + token if previous else token
+    return token
 
 
 def apply(job, reply):

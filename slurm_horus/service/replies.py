@@ -47,19 +47,19 @@ def placement_reply(state, decision: Decision, req: JobRequest, binding, decisio
         policy=decision.policy, partition=partition, age=round(age, 3), candidates=explain_candidates(decision))
 
 
-def kept_shape(binding, req: JobRequest, shard_index):
-    """``tres_per_node`` of a job horusd keeps, chosen so that horusd can move it cleanly later
-    (measured on 22.05.8, docs/horusd.md): a job that may share one GPU is kept as a typed shard
-    ``gres:shard:g<shard_index>:1`` (Slurm moves a typed shard to another GPU type, and refuses to type
-    an untyped one); whole GPUs are kept untyped, ``gres:gpu:N`` per node (horusd first turns them into
-    a per-job request, then into typed GPUs: moving a typed GPU request keeps the old GPU too)."""
+def kept_shape(binding, req: JobRequest):
+    """``tres_per_node`` of a job horusd keeps, chosen so that horusd can move it cleanly later and
+    so that Slurm can start it anywhere if horusd is gone (measured on 22.05.8, docs/horusd.md): a job
+    that may share one GPU is kept as an untyped shard ``gres:shard:1``, whole GPUs as untyped
+    ``gres:gpu:N`` per node. Typed requests are never kept: Slurm moves them to another GPU type but
+    keeps (and, for shards, leaks) the old type too."""
     if binding == "shard" and req.n_gpus == 1 and not req.exclusive:
-        return f"gres:shard:g{shard_index}:1"
+        return "gres:shard:1"
     return f"gres:gpu:{req.gpus_per_node}"
 
 
-def keep_reply(req: JobRequest, binding, decision_id, lease_s, shard_index, reason) -> Reply:
-    return Reply("keep", reason=reason, id=decision_id, tres=kept_shape(binding, req, shard_index),
+def keep_reply(req: JobRequest, binding, decision_id, lease_s, reason) -> Reply:
+    return Reply("keep", reason=reason, id=decision_id, tres=kept_shape(binding, req),
                  mode=KEPT_MODE, job_class=req.job_class, lease=int(lease_s))
 
 

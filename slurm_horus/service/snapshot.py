@@ -10,14 +10,18 @@ commands here (``slurm.queries`` reads, :mod:`slurm_horus.slurm.parse` parses).
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Set
 
+from ..errors import InputError
 from ..jobclass import job_class_of
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
+from ..slurm.gres import parse_gres
 from ..tokens import KEPT_MODE, parse_gpu_list, parse_horus_tokens
 
 RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
-# squeue's state_reason of pending jobs that will not start soon (held, waiting on a job or a time)
-NOT_STARTING_SOON = ("JobHeld", "Dependency", "BeginTime")
+# squeue's state_reason of pending jobs that will not start soon (held, waiting on a job). A begin time
+# on a placed job is horusd's own lease, lifted when it placed the job: squeue shows the old reason
+# until slurmctld's next scheduling pass.
+NOT_STARTING_SOON = ("JobHeld", "Dependency")
 # ... of kept jobs horusd may not place now: held by a user or an admin, or waiting on another job
 NOT_PLACEABLE = ("JobHeld", "Dependency")
 DEFAULT_LIMIT_S = 3600.0
@@ -51,6 +55,7 @@ class View:
     placed_tokens: Set[str]  # decision ids that squeue shows on placed jobs (any token but a kept one)
     kept: Dict[str, KeptJob]  # Slurm job id -> kept job
     kept_tokens: Set[str]  # decision ids of kept jobs squeue shows
+    unshaped: Set[str]  # Slurm job ids of kept jobs that ask for no GPU (to be given their shard back)
     pending_jobs: int
     pending_gpus: int  # GPUs asked for by jobs Slurm still queues: the "pressure" of the policies
 
@@ -84,11 +89,18 @@ def limit_s(job):
 
 
 def kept_request(job, job_class) -> Optional[JobRequest]:
-    """The JobRequest of a kept job, from its kept shape: a typed shard (``gres:shard:gK:1``, may
-    share one GPU) or whole GPUs (``gres:gpu:N`` per node)."""
+    """The JobRequest of a kept job, from its kept shape: a shard (``gres:shard:1``: may share one
+    GPU) or whole GPUs (``gres:gpu:N`` per node, or per job halfway through a move, mover.py). None:
+    it asks for no GPU (a shard move interrupted between its two updates)."""
     items = job.gres_requested
     shards = [item for item in items if item.name == "shard"]
     gpus = sum(item.count for item in items if item.name == "gpu")
+    nodes = max(job.node_count, 1)
+    if not items and job.tres_per_job:
+        try:
+            gpus = sum(item.count for item in parse_gres(job.tres_per_job) if item.name == "gpu") // nodes
+        except InputError:
+            gpus = 0
     if shards and not gpus:
         per_node, exclusive = 1, False
     elif gpus > 0:
@@ -96,7 +108,7 @@ def kept_request(job, job_class) -> Optional[JobRequest]:
     else:
         return None
     partitions = [p for p in (job.partition or "").split(",") if p]
-    return JobRequest(str(job.job_id), job_class, gpus_per_node=per_node, nodes=max(job.node_count, 1),
+    return JobRequest(str(job.job_id), job_class, gpus_per_node=per_node, nodes=nodes,
                       partition=partitions[0] if partitions else "", extra_partitions=tuple(partitions[1:]),
                       time_limit=limit_s(job), user=job.user, submit_time=float(job.submit_time or 0),
                       exclusive=exclusive)
@@ -113,7 +125,7 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
         gpu_type = snapshot.features.get(node.name) or default_gpu_type
         state.add_node(node.name, gpu_type, count, gpu_memory_mb(gpu_type), node.partitions or ("default",))
     state.build()
-    view = View(state, set(), {}, set(), 0, 0)
+    view = View(state, set(), {}, set(), set(), 0, 0)
     now = snapshot.taken_at
     for job in snapshot.jobs:
         decision_id, fields = parse_horus_tokens(job.admin_comment)
@@ -126,7 +138,9 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
             if decision_id and fields.get("mode") == KEPT_MODE:
                 view.kept_tokens.add(decision_id)
                 request = kept_request(job, job_class)
-                if request is not None:
+                if request is None:
+                    view.unshaped.add(str(job.job_id))
+                else:
                     view.kept[str(job.job_id)] = KeptJob(
                         str(job.job_id), decision_id, request, job.admin_comment or "",
                         placeable=not job.state_reason.startswith(NOT_PLACEABLE),

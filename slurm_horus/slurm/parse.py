@@ -102,6 +102,7 @@ class QueueJob:
     gres_detail: Tuple[str, ...] = ()  # one entry per allocated node, in node order
     state_reason: str = ""  # why a pending job waits (Resources, Priority, Dependency, JobHeldUser, ...)
     node_count: int = 1  # nodes asked for (pending) or held (running)
+    tres_per_job: str = ""  # --gpus=N (gres:gpu:N)
 
     def gres_by_node(self):
         """[(node name, [GresItem])] of a running job: gres_detail lists one entry per node."""
@@ -145,6 +146,7 @@ def parse_squeue(text):
             time_limit=int(record.get("time_limit") or 0),
             gres_detail=tuple(record.get("gres_detail") or ()),
             node_count=int(record.get("node_count") or 1),
+            tres_per_job=record.get("tres_per_job") or "",
         ))
     return jobs
 
