@@ -3,8 +3,11 @@ slurm-horus job_submit.lua (Lua 5.1, runs inside slurmctld).
 
 For every GPU job it asks the placement service horusd (Unix socket, hard timeout) where the job
 should go, and rewrites the job to exactly that node and those GPUs (typed GRES gpu:gK or shard:gK),
-appending a `horus:` token to admin_comment. It FAILS OPEN: on any error, timeout, odd reply or
-unhandled job kind the job goes through untouched. It never rejects a job for its own reasons.
+appending a `horus:` token to admin_comment. When horusd cannot place the job now it may answer
+"keep": the job gets a movable shape (gres:shard:1 or gres:gpu:N) and a begin time a lease ahead,
+and horusd starts it later where its scheduling cycle places it; if horusd is gone, the lease runs
+out and Slurm starts the job itself. It FAILS OPEN: on any error, timeout, odd reply or unhandled
+job kind the job goes through untouched. It never rejects a job for its own reasons.
 
 slurmctld holds its job read lock while this runs and has no timeout of its own, so every socket
 operation has a deadline (timeout_ms, default 100 ms). Settings come from the slurm-horus site file
@@ -321,6 +324,24 @@ function horus.parse_reply(line, conf)
   return reply
 end
 
+-- The job's GPUs become ``tres`` per node; the user's other GPU spellings (--gpus, --gpus-per-task) go.
+local function set_tres_per_node(job, tres)
+  job.tres_per_node = tres
+  if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
+  if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+end
+
+-- Append a token to admin_comment (never overwrite it: jobstats keeps its JS1: summary there).
+local function add_token(job, token)
+  local previous = job.admin_comment
+  if previous ~= nil and previous ~= "" then
+    job.admin_comment = previous .. " " .. token
+  else
+    job.admin_comment = token
+  end
+  return token
+end
+
 -- A "keep" reply: horusd queues the job and will place it itself. The kept shape (``tres``) must be
 -- one horusd can move later: an untyped shard (gres:shard:1) or untyped whole GPUs per node
 -- (gres:gpu:N); the lease (seconds) bounds how long the job waits for horusd: then Slurm starts it.
@@ -340,18 +361,9 @@ end
 -- start it before; horusd renews the lease while it lives and starts the job where it decides),
 -- and the token "horus:<id> mode=kept class=<class>". Returns the token.
 function horus.keep(job, reply, now)
-  job.tres_per_node = reply.tres
-  if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
-  if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+  set_tres_per_node(job, reply.tres)
   job.begin_time = (now or os.time()) + tonumber(reply.lease)
-  local token = "horus:" .. reply.id .. " mode=kept class=" .. (reply.class or "unknown")
-  local previous = job.admin_comment
-  if previous ~= nil and previous ~= "" then
-    job.admin_comment = previous .. " " .. token
-  else
-    job.admin_comment = token
-  end
-  return token
+  return add_token(job, "horus:" .. reply.id .. " mode=kept class=" .. (reply.class or "unknown"))
 end
 
 -- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
@@ -359,9 +371,7 @@ end
 -- cannot set admin_comment, so the token cannot be forged).
 function horus.apply(job, reply)
   job.req_nodes = reply.nodes
-  job.tres_per_node = reply.tres
-  if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
-  if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+  set_tres_per_node(job, reply.tres)
   if reply.partition and reply.partition ~= "" then job.partition = reply.partition end
   return horus.append_token(job, reply)
 end
@@ -371,13 +381,7 @@ function horus.append_token(job, reply)
   local token = "horus:" .. reply.id .. " mode=" .. (reply.mode or "exclusive") .. " slowdown="
     .. (reply.slowdown or "1.00") .. " class=" .. (reply.class or "unknown")
   if reply.gpulist and reply.gpulist ~= "" then token = token .. " gpus=" .. reply.gpulist end
-  local previous = job.admin_comment
-  if previous ~= nil and previous ~= "" then
-    job.admin_comment = previous .. " " .. token
-  else
-    job.admin_comment = token
-  end
-  return token
+  return add_token(job, token)
 end
 
 -- horus-sbatch decided before submission and put HORUS_DECISION=<id> in the job's environment;

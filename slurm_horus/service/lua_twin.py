@@ -230,28 +230,31 @@ def parse_keep(reply):
     return reply, None
 
 
-def keep(job, reply, now=None):
-    """Keep ``job`` (a dict) for horusd; returns the token."""
-    job["tres_per_node"] = reply["tres"]
+def _set_tres_per_node(job, tres):
+    job["tres_per_node"] = tres
     if job.get("tres_per_job"):
         job["tres_per_job"] = ""
     if job.get("tres_per_task"):
         job["tres_per_task"] = ""
-    job["begin_time"] = int(time.time() if now is None else now) + int(reply["lease"])
-    token = "horus:%s mode=kept class=%s" % (reply["id"], reply.get("class", "unknown"))
+
+
+def _add_token(job, token):
     previous = job.get("admin_comment")
     job["admin_comment"] = previous + " " + token if previous else token
     return token
 
 
+def keep(job, reply, now=None):
+    """Keep ``job`` (a dict) for horusd; returns the token."""
+    _set_tres_per_node(job, reply["tres"])
+    job["begin_time"] = int(time.time() if now is None else now) + int(reply["lease"])
+    return _add_token(job, "horus:%s mode=kept class=%s" % (reply["id"], reply.get("class", "unknown")))
+
+
 def apply(job, reply):
     """Rewrite ``job`` (a dict) in place; returns the admin_comment token."""
     job["req_nodes"] = reply["nodes"]
-    job["tres_per_node"] = reply["tres"]
-    if job.get("tres_per_job"):
-        job["tres_per_job"] = ""
-    if job.get("tres_per_task"):
-        job["tres_per_task"] = ""
+    _set_tres_per_node(job, reply["tres"])
     if reply.get("partition"):
         job["partition"] = reply["partition"]
     return append_token(job, reply)
@@ -262,9 +265,7 @@ def append_token(job, reply):
                                                        reply.get("slowdown", "1.00"), reply.get("class", "unknown"))
     if reply.get("gpulist"):
         token += " gpus=" + reply["gpulist"]
-    previous = job.get("admin_comment")
-    job["admin_comment"] = previous + " " + token if previous else token
-    return token
+    return _add_token(job, token)
 
 
 def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
