@@ -266,6 +266,8 @@ class Horusd:
             self.mover.restore([(job_id, "gres:shard:1") for job_id in unshaped])
         moves = placer.cycle()
         if moves:
+            log.info("horus: cycle placed %d kept jobs: %s", len(moves),
+                     " ".join(f"{m.kept.job_id}->{m.reply.gpulist}" for m in moves))
             for decision_id in self.mover.start(moves):
                 placer.forget(decision_id)
             self.wake.set()  # read the queue again soon: the moves show there

@@ -140,8 +140,9 @@ class Placer:
             nodes=request.nodes, partition=partitions[0] if partitions else "",
             extra_partitions=tuple(partitions[1:]), time_limit=request.time_limit_s, user=request.user,
             submit_time=self.clock(),
-            # only typed shards let a second job join a GPU; indexed/node bindings hold whole GPUs
-            exclusive=not may_share or self.binding != "shard",
+            # only a shard lets a second job join a GPU, and a shard is one GPU: indexed/node bindings
+            # and multi-GPU jobs hold whole GPUs (the policy must not pair them: Slurm could not)
+            exclusive=not may_share or self.binding != "shard" or request.gpus_per_node * request.nodes > 1,
         )
 
     def queue_waiting(self) -> bool:
