@@ -33,6 +33,7 @@ from pathlib import Path
 
 from slurm_horus.config import load_config
 from slurm_horus.localcluster import LocalCluster
+from slurm_horus.localcluster import poll as wait_until
 from slurm_horus.service.app import build_placer
 from slurm_horus.service.snapshot import Snapshot
 from slurm_horus.slurm.parse import parse_sinfo, parse_squeue
@@ -58,15 +59,6 @@ def log_times(path, pattern):
             text = stamp.group(1).replace(" ", "T").replace(",", ".")
             out.append((datetime.fromisoformat(text).timestamp(), found))
     return out
-
-
-def wait_until(predicate, timeout, step=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
 
 
 def horusd_pid(cluster):

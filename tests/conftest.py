@@ -31,6 +31,20 @@ def _cluster(with_dbd):
         assert not survivors, f"processes left behind by the test cluster: {survivors}"
 
 
+def horus_cluster(**settings):
+    """A 2-node x 4-GPU cluster with horusd and the placing job_submit.lua (site ``settings`` for it),
+    torn down with no process left behind: the body of a module-scoped fixture."""
+    problems = prerequisite_problems(with_dbd=False)
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
+    cluster = LocalCluster(nodes=2, gpus=4, horus=True, horus_settings=settings).up()
+    try:
+        yield cluster
+    finally:
+        survivors = cluster.down()
+        assert not survivors, f"processes left behind: {survivors}"
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A running 4-node x 4-GPU cluster without accounting (``SLURM_CONF`` in ``cluster.env``)."""

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from slurm_horus.localcluster import LocalCluster, prerequisite_problems
+import conftest
 from slurm_horus.localcluster import horus as horus_local
+from slurm_horus.localcluster import poll as wait_until
 from slurm_horus.service import protocol
 from slurm_horus.tokens import parse_gpu_list, parse_horus_tokens
 
@@ -26,16 +27,7 @@ REPORT = "#!/bin/sh\necho GDO=$GPU_DEVICE_ORDINAL JOB_GPUS=$SLURM_JOB_GPUS\nslee
 
 @pytest.fixture(scope="module")
 def cluster():
-    problems = prerequisite_problems(with_dbd=False)
-    if problems:
-        pytest.fail("; ".join(problems), pytrace=False)
-    cluster = LocalCluster(nodes=2, gpus=4, horus=True,
-                           horus_settings={"lease_s": str(LEASE_S), "cycle_s": "1"}).up()
-    try:
-        yield cluster
-    finally:
-        survivors = cluster.down()
-        assert not survivors, f"processes left behind: {survivors}"
+    yield from conftest.horus_cluster(lease_s=LEASE_S, cycle_s=1)
 
 
 @pytest.fixture
@@ -44,15 +36,6 @@ def clean(cluster):
     time.sleep(1.5)  # horusd's next refresh sees the empty queue
     yield cluster
     cluster.cancel_all_jobs()
-
-
-def wait_until(predicate, timeout, step=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
 
 
 def tokens(cluster):
