@@ -15,6 +15,10 @@ B. **same snapshot**: 2 blocker jobs hold every GPU while 16 jobs are submitted 
    same placer code, on the saved snapshot (``--save DIR`` keeps the JSON: tests/data/queue_snapshot).
 C. **kill**: 32 jobs again; once at least 16 wait in horusd's queue, horusd is SIGKILLed. All must
    complete; the last one must start within 90 s of the kill (the lease is 30 s).
+D. **lease cost** (``--phases D``, not in the default run): N jobs kept behind blockers; the time one
+   lease renewal of all of them takes (horusd's scontrol, one RPC per job), slurmctld's own time per
+   update from its log, and how many jobs slurmctld's schedulers look at (sdiag: kept jobs are not
+   eligible, so neither the main scheduler nor backfill considers them).
 
 Prints JSON. Needs root + the Debian packages (as ``make test``); reads no ../shared data. Takes
 about 4 minutes on the project's 2-core VM.
@@ -192,6 +196,35 @@ def phase_kill(cluster):
     }
 
 
+def phase_lease_cost(cluster, n=300):
+    from slurm_horus.service.mover import Mover
+
+    fill = [cluster.sbatch(["--gres=gpu:4", "-J", "blocker"], "#!/bin/sh\nsleep 900\n") for _ in range(2)]
+    cluster.wait_jobs(fill, timeout=60, states=("RUNNING",))
+    time.sleep(2)
+    ids = [cluster.sbatch(["--gres=gpu:1", "--comment=class=lm-bs20", "-o", "/dev/null"], "#!/bin/sh\ntrue\n")
+           for _ in range(n)]
+    if not wait_until(lambda: len(kept_waiting(cluster)) == n, 120, step=1.0):
+        raise SystemExit("phase D: not every job was kept")
+    mover = Mover(str(cluster.slurm_conf))
+    marker = time.time()
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        mover.renew(ids, 30)
+        timings.append(time.perf_counter() - started)
+    usec = [int(m.group(1)) for stamp, m in log_times(cluster.root / "log" / "slurmctld.log",
+                                                        r"_slurm_rpc_update_job: complete JobId=\d+ uid=0 usec=(\d+)")
+            if stamp >= marker]
+    sdiag = cluster.run(["sdiag"]).stdout
+    queue_lengths = [int(x) for x in re.findall(r"Last queue length: (\d+)", sdiag)]
+    cluster.cancel_all_jobs()
+    return {"kept_jobs": n, "renewal_s": [round(t, 3) for t in timings],
+            "per_job_ms": round(1000 * statistics.median(timings) / n, 2),
+            "slurmctld_usec_per_update_median": statistics.median(usec) if usec else None,
+            "scheduler_queue_lengths_main_backfill": queue_lengths}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", help="keep phase B's sinfo/squeue JSON in this directory")
@@ -205,6 +238,8 @@ def main():
             out["same_snapshot"] = phase_same_snapshot(cluster, args.save)
         if "C" in args.phases:
             out["kill"] = phase_kill(cluster)
+        if "D" in args.phases:
+            out["lease_cost"] = phase_lease_cost(cluster)
         out["load_average"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=2))
     ok = all((out.get("burst", {}).get("started_through_a_horus_decision", 29) >= 29,

@@ -146,8 +146,8 @@ def test_the_kill_switch_lets_every_kept_job_go_at_once(clean):
     disable = clean.root / "etc" / "horus.disabled"
     disable.write_text("")
     try:
-        # released at once (horusd renews the lease every LEASE_S / 3: it had at least 5 s to run)
-        assert wait_until(lambda: all(j.state_reason != "BeginTime" for j in clean.queue() if j.job_id in kept), 4)
+        # released at once (horusd renews the lease every LEASE_S / 2: it had at least 4 s to run)
+        assert wait_until(lambda: all(j.state_reason != "BeginTime" for j in clean.queue() if j.job_id in kept), 3)
         clean.run(["scancel"] + [str(b) for b in blockers])
         assert set(clean.wait_jobs(kept, timeout=40).values()) == {"COMPLETED"}
     finally:

@@ -2,8 +2,8 @@
 
 Lifecycle: read config → build the interference model and the policy → first refresh from Slurm →
 listen. A background thread refreshes the cluster state every ``refresh_s``; another runs the
-scheduling cycle over the jobs horusd keeps (after every refresh, at least every ``cycle_s``),
-starts what it places (mover.py) and renews the kept jobs' lease; SIGHUP (or a
+scheduling cycle over the jobs horusd keeps (after every refresh, at least every ``cycle_s``) and
+starts what it places (mover.py); a third renews the kept jobs' lease; SIGHUP (or a
 ``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
 """
@@ -107,7 +107,6 @@ class Horusd:
         self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
         self.mover = Mover(getattr(self.reader, "slurm_conf", None))
         self.released_by_switch = False
-        self._next_renewal = 0.0  # monotonic time of the next lease renewal
         self._wire(self.placer)
         self.offers_file = OffersFile(config.socket + ".offers")
         self.refresh_errors = 0
@@ -271,12 +270,22 @@ class Horusd:
             for decision_id in self.mover.start(moves):
                 placer.forget(decision_id)
             self.wake.set()  # read the queue again soon: the moves show there
-        now = time.monotonic()
-        if now >= self._next_renewal:
-            kept = placer.kept_job_ids()
-            if kept:
-                self.mover.renew(kept, placer.lease_s)
-            self._next_renewal = now + placer.lease_s / 3
+
+    def renew_leases(self):
+        """Push every kept job's begin time a lease ahead (not while the kill switch is on)."""
+        kept = self.placer.kept_job_ids()
+        if kept and not os.path.exists(self.config.disable_file):
+            self.mover.renew(kept, self.placer.lease_s)
+
+    def _lease_loop(self):
+        # at start (a restarted horusd takes its queue back), then every lease_s / 2: renewing
+        # MAX_KEPT jobs takes a few seconds, well inside the other half
+        while not self.stopping.is_set():
+            try:
+                self.renew_leases()
+            except Exception:  # a lease not renewed runs out: Slurm starts the job, nothing is lost
+                log.exception("horus: lease renewal failed")
+            self.stopping.wait(self.placer.lease_s / 2)
 
     def _cycle_loop(self):
         while not self.stopping.is_set():
@@ -321,6 +330,7 @@ class Horusd:
         self._refresher = run_in_background(self._refresh_loop, "horusd-refresh")
         run_in_background(self._offers_loop, "horusd-offers")
         run_in_background(self._cycle_loop, "horusd-cycle")
+        run_in_background(self._lease_loop, "horusd-lease")
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 
