@@ -280,6 +280,7 @@ function horus.build_request(job, submit_uid, request, env)
     exc_nodes = job.exc_nodes,
     hints = hints,
     keep = true, -- this script can keep the job for horusd's queue (horus.keep)
+    held = job.priority == 0, -- sbatch -H: it waits for its user, not for GPUs
   }
   return json_value(message)
 end

@@ -52,6 +52,16 @@ def test_a_job_that_cannot_be_placed_is_kept_in_a_shape_horusd_can_move():
     assert placer.queue_waiting() and placer.kept_decisions == 2
 
 
+def test_a_held_job_is_kept_without_making_the_next_ones_wait():
+    clock = Clock()
+    placer = make_placer(clock=clock, jobs=full(8))
+    assert ask(placer, "lm-bs20", keep=True, reply="kv", held=True)["action"] == "keep"
+    assert not placer.queue_waiting()
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], full(7), taken_at=clock()))  # a GPU frees
+    assert lua_ask(placer, "lm-bs20")["action"] == "place"  # nobody waits before it
+
+
 def test_other_clients_and_dry_runs_are_never_kept():
     placer = make_placer(jobs=full())
     assert ask(placer, "lm-bs20")["action"] == "unchanged"  # horus-sbatch cannot keep a job

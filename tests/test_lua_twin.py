@@ -234,7 +234,9 @@ def test_build_request_is_json_with_the_request(lua):
     assert message["job_name"] == 'my "job"\n'
     assert message["gpus_per_node"] == 2 and message["num_nodes"] == 1
     assert message["time_limit_min"] == 60 and message["uid"] == 1000
-    assert message["keep"] is True  # the script can keep the job for horusd's queue
+    assert message["keep"] is True and message["held"] is False  # the script can keep the job
+    held = json.loads(horus.build_request(to_lua(lua, dict(job, priority=0)), 1000, to_lua(lua, request)))
+    assert held["held"] is True  # sbatch -H
 
 
 def test_encode_kv_reply_round_trips_through_lua(lua):

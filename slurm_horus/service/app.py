@@ -30,7 +30,9 @@ from .server import Frontend
 log = logging.getLogger("horusd")
 
 OFFER_DELAY_S = 0.003
-MIN_REFRESH_GAP_S = 0.3  # an early refresh (a job was kept, left to Slurm) waits this long after the last
+# an early refresh (a job was kept, or left to Slurm) starts this long after the last one at the
+# soonest, and no sooner than the last one took: a burst of submissions folds into few squeue calls
+MIN_REFRESH_GAP_S = 0.1
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
@@ -232,7 +234,7 @@ class Horusd:
             # slow, and slurmctld answers every submission more slowly while it serves us
             self.refresh_interval = max(self.config.refresh_s, 20 * last_cost)
             if self.wake.wait(self.refresh_interval):  # early: fold a burst of wake-ups into one read
-                time.sleep(max(0.0, started + max(MIN_REFRESH_GAP_S, 3 * last_cost) - time.monotonic()))
+                time.sleep(max(0.0, started + max(MIN_REFRESH_GAP_S, 2 * last_cost) - time.monotonic()))
             self.wake.clear()
             if self.stopping.is_set():
                 return

@@ -168,7 +168,7 @@ class Placer:
             keeping = request.records and request.keep and self.queue_on and \
                 len(self.kept) + len(self.unseen_keeps) < MAX_KEPT
             if keeping and self.queue_waiting():
-                return self._keep(req, "jobs wait in horusd's queue: this one joins them")
+                return self._keep(req, "jobs wait in horusd's queue: this one joins them", request.held)
             if self.left_to_slurm_since is not None:
                 return unchanged("jobs left to Slurm may be starting: waiting for a fresh cluster state")
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
@@ -176,14 +176,14 @@ class Placer:
             decision = self.policy.decide(state, req, ctx, explain=request.explain)
             if not decision.placed:
                 if keeping:
-                    return self._keep(req, decision.reason)
+                    return self._keep(req, decision.reason, request.held)
                 if request.records:
                     self._left_to_slurm()
                 return unchanged(decision.reason, candidates=explain_candidates(decision))
             if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
                 why = f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit"
                 if keeping:
-                    return self._keep(req, why)
+                    return self._keep(req, why, request.held)
                 if request.records:
                     self._left_to_slurm()
                 return unchanged(why)
@@ -194,9 +194,14 @@ class Placer:
                 self.offers.made(decision_id, req, decision, reply, self.clock())
             return reply
 
-    def _keep(self, req: JobRequest, reason) -> Reply:
-        """Keep the job for the queue (caller holds the lock): the reply tells job_submit.lua how."""
+    def _keep(self, req: JobRequest, reason, held=False) -> Reply:
+        """Keep the job for the queue (caller holds the lock): the reply tells job_submit.lua how. A held
+        job (sbatch -H) waits for its user: it joins the queue only once released, and the jobs that
+        come after it do not wait behind it meanwhile."""
         reply = keep_reply(req, self.binding, req.job_id, self.lease_s, reason)
+        if held:
+            self.kept_decisions += 1
+            return reply
         self.unseen_keeps[req.job_id] = self.clock() + self.ledger.ttl_s
         self.kept_decisions += 1
         self.generation += 1  # offers computed while the queue was empty are void

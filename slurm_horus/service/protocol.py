@@ -13,13 +13,14 @@ Request (client -> horusd); every field optional except ``op``::
      "job_class": "resnet50-bs64", "gpus_per_node": 1, "num_nodes": 1,
      "tres_per_node": "gres:gpu:2", "tres_per_job": "", "tres_per_task": "", "num_tasks": 1,
      "time_limit_min": 60, "hints": {"HORUS_MODEL": "resnet50", "HORUS_BATCH_SIZE": "64"},
-     "reply": "kv", "keep": true, "explain": false, "dry_run": false}
+     "reply": "kv", "keep": true, "held": false, "explain": false, "dry_run": false}
 
 ``op`` is ``place`` (decide and record), ``confirm`` (is decision ``id`` ours and the caller's?),
 ``claim`` (job_submit.lua took offer ``id``: a notification, nothing is answered), ``ping``,
 ``reload``. ``gpus_per_node``/``num_nodes`` are the counts job_submit.lua read; other clients may
 send the TRES strings instead. ``keep``: the client can keep the job for horusd's queue
-(job_submit.lua). ``reply: "kv"`` asks for the key=value form. ``dry_run`` decides without
+(job_submit.lua); ``held``: the job is held by its user (``sbatch -H``). ``reply: "kv"`` asks for
+the key=value form. ``dry_run`` decides without
 recording (horus-sbatch --dry-run / --explain).
 
 Reply (horusd -> client)::
@@ -84,6 +85,7 @@ class Request:
     decision_id: str = ""  # confirm, claim: the decision or offer named
     kv: bool = False  # answer in the key=value form (job_submit.lua)
     keep: bool = False  # the client can keep the job for horusd's queue (job_submit.lua)
+    held: bool = False  # held by its user: kept, it waits for the user, not among the jobs waiting for GPUs
     explain: bool = False
     dry_run: bool = False
     offer: bool = False  # horusd's own offers: decided, not recorded until claimed
@@ -155,6 +157,7 @@ def parse_request(message: dict) -> Request:
     request.explain = message.get("explain") is True
     request.dry_run = message.get("dry_run") is True
     request.keep = message.get("keep") is True
+    request.held = message.get("held") is True
     hints = message.get("hints") if isinstance(message.get("hints"), dict) else {}
     hints = {k: str(v) for k, v in hints.items() if isinstance(k, str) and isinstance(v, (str, int))}
     requested = message.get("job_class") if isinstance(message.get("job_class"), str) else None

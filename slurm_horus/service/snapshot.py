@@ -56,8 +56,8 @@ class View:
     kept: Dict[str, KeptJob]  # Slurm job id -> kept job
     kept_tokens: Set[str]  # decision ids of kept jobs squeue shows
     unshaped: Set[str]  # Slurm job ids of kept jobs that ask for no GPU (to be given their shard back)
-    pending_jobs: int
-    pending_gpus: int  # GPUs asked for by jobs Slurm still queues: the "pressure" of the policies
+    pending_jobs: int  # jobs that wait for resources (not held, not waiting on another job)
+    pending_gpus: int  # the GPUs (a shard: one) they ask for: the "pressure" of the policies
 
 
 def node_gpu_count(node):
@@ -133,8 +133,9 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
             view.placed_tokens.add(decision_id)
         job_class = job_class_of(comment=job.comment, admin_comment=job.admin_comment)
         if job.state == "PENDING":
-            view.pending_jobs += 1
-            view.pending_gpus += sum(item.count for item in job.gres_requested if item.name in ("gpu", "shard"))
+            if not job.state_reason.startswith(NOT_STARTING_SOON):  # held or dependent jobs are no pressure
+                view.pending_jobs += 1
+                view.pending_gpus += sum(item.count for item in job.gres_requested if item.name in ("gpu", "shard"))
             if decision_id and fields.get("mode") == KEPT_MODE:
                 view.kept_tokens.add(decision_id)
                 request = kept_request(job, job_class)
