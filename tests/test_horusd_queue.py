@@ -65,6 +65,9 @@ def test_a_held_job_is_kept_without_making_the_next_ones_wait():
 def test_other_clients_and_dry_runs_are_never_kept():
     placer = make_placer(jobs=full())
     assert ask(placer, "lm-bs20")["action"] == "unchanged"  # horus-sbatch cannot keep a job
+    assert lua_ask(placer)["action"] == "keep"
+    overtaking = ask(placer, "lm-bs20")  # nor jump the queue
+    assert overtaking["action"] == "unchanged" and "joins them when submitted" in overtaking["reason"]
     assert ask(placer, "lm-bs20", keep=True, dry_run=True)["action"] == "unchanged"
     placer.queue_on = False
     assert lua_ask(placer)["action"] == "unchanged"
@@ -159,3 +162,25 @@ def test_kept_jobs_are_capped():
 def test_held_or_dependent_kept_jobs_wait_outside_the_queue(reason):
     placer = make_placer(jobs=[dataclasses.replace(kept(1), state_reason=reason)])
     assert placer.kept_job_ids() == ["1"] and not placer.queue and placer.cycle() == []
+
+
+PARTITIONS = """PartitionName=train Default=YES Nodes=n1 PriorityTier=1 State=UP
+PartitionName=infer Default=NO Nodes=n[2-3] PriorityTier=10 State=UP
+PartitionName=infer-lend Default=NO Nodes=n2 PriorityTier=1 State=UP
+"""
+
+
+def test_jobs_slurm_may_start_by_preempting_are_never_kept():
+    from slurm_horus.slurm.partitions import parse_partitions, parse_preempt_type, preemption
+
+    parts = parse_partitions(PARTITIONS)
+    assert [(p.name, p.nodes, p.tier, p.default) for p in parts][1] == ("infer", ("n2", "n3"), 10, False)
+    lending = preemption(parse_preempt_type("PreemptMode = REQUEUE\nPreemptType = preempt/partition_prio\n"), parts)
+    assert lending.preemptors == {"infer"} and lending.default_partition == "train"
+    assert lending.may_preempt("infer") and lending.may_preempt("train,infer") and not lending.may_preempt("")
+    assert preemption("preempt/qos", parts).may_preempt("train")
+    assert preemption(parse_preempt_type("PreemptType = preempt/none"), parts).preemptors == frozenset()
+    placer = make_placer(jobs=full())
+    placer.preemption = lending
+    assert ask(placer, "lm-bs20", keep=True, reply="kv", partition="infer")["action"] == "unchanged"  # Slurm preempts
+    assert ask(placer, "lm-bs20", keep=True, reply="kv", partition="train")["action"] == "keep"

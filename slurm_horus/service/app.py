@@ -18,6 +18,7 @@ from ..config import load_config
 from ..errors import HorusError
 from ..placement.policies import PolicyModels, make_policy
 from ..slurm import queries
+from ..slurm.partitions import Preemption, read_preemption
 from .daemon import Placer
 from .history import History
 from .mover import Mover
@@ -51,11 +52,16 @@ class SlurmReader:
         self.nodes_every = nodes_every
         self._reads = 0
         self._nodes = None
+        self._preemption = Preemption()
 
     def read(self):
         taken_at = time.time()
         if self._nodes is None or self._reads % self.nodes_every == 0:
             self._nodes = queries.sinfo(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
+            try:
+                self._preemption = read_preemption(self.slurm_conf, self.timeout_s)
+            except HorusError as exc:
+                log.warning("horus: cannot read Slurm's preemption settings (%s): assuming none", exc)
         self._reads += 1
         nodes = self._nodes
         jobs = queries.squeue(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
@@ -64,7 +70,7 @@ class SlurmReader:
             for feature in getattr(node, "features", ()) or ():
                 if feature.lower() in _KNOWN_GPU_TYPES:
                     features[node.name] = feature.lower()
-        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features)
+        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features, preemption=self._preemption)
 
 
 def build_placer(config, predictor_factory=None, history=None):
@@ -269,8 +275,12 @@ class Horusd:
         if moves:
             log.info("horus: cycle placed %d kept jobs: %s", len(moves),
                      " ".join(f"{m.kept.job_id}->{m.reply.gpulist}" for m in moves))
-            for decision_id in self.mover.start(moves):
+            refused = set(self.mover.start(moves))
+            for decision_id in refused:
                 placer.forget(decision_id)
+            for move in moves:
+                if move.reply.id not in refused:
+                    self.history.record(move.kept.request.user, move.reply.wire())
             self.wake.set()  # read the queue again soon: the moves show there
 
     def renew_leases(self):

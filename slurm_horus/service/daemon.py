@@ -33,6 +33,7 @@ from .ledger import Ledger, LedgerEntry
 from .offers import OfferBook
 from .protocol import Reply, Request, unchanged
 from .replies import explain_candidates, keep_reply, placement_reply
+from ..slurm.partitions import Preemption
 from .snapshot import KeptJob, Snapshot, translate
 
 log = logging.getLogger("horusd")
@@ -94,6 +95,7 @@ class Placer:
         self.unseen_keeps: Dict[str, float] = {}  # decision id -> expiry: kept jobs squeue does not show yet
         self.unshaped: set = set()  # kept jobs that ask for no GPU (a shard move cut short): restore them
         self.cycle_options = CycleOptions()
+        self.preemption = Preemption()  # jobs Slurm may start by preempting are never kept
         self.on_kept = None  # callback: a job was kept (horusd reads squeue soon, to learn its job id)
         self.kept_decisions = 0
         self.started_from_queue = 0
@@ -125,6 +127,7 @@ class Placer:
             self.snapshot_time = snapshot.taken_at
             self.pending_jobs = view.pending_jobs
             self.pending_gpus = view.pending_gpus
+            self.preemption = snapshot.preemption
             if self.left_to_slurm_since is not None and snapshot.taken_at > self.left_to_slurm_since:
                 self.left_to_slurm_since = None
         if self.on_change is not None:
@@ -165,12 +168,17 @@ class Placer:
                 return unchanged("no cluster state yet")
             decision_id = new_decision_id()
             req = self.job_request(request, decision_id)
+            # a job Slurm could start by preempting others is left to Slurm: kept, it would not preempt
             keeping = request.records and request.keep and self.queue_on and \
-                len(self.kept) + len(self.unseen_keeps) < MAX_KEPT
-            if keeping and self.queue_waiting():
-                return self._keep(req, "jobs wait in horusd's queue: this one joins them", request.held)
+                len(self.kept) + len(self.unseen_keeps) < MAX_KEPT and not self.preemption.may_preempt(request.partition)
+            if self.queue_on and request.records and self.queue_waiting():
+                if keeping:
+                    return self._keep(req, "jobs wait in horusd's queue: this one joins them", request.held)
+                if not request.keep:  # horus-sbatch: no overtaking either; job_submit.lua will keep it
+                    return unchanged("jobs wait in horusd's queue: this one joins them when submitted")
             if self.left_to_slurm_since is not None:
-                return unchanged("jobs left to Slurm may be starting: waiting for a fresh cluster state")
+                why = "jobs left to Slurm may be starting: waiting for a fresh cluster state"
+                return self._keep(req, why, request.held) if keeping else unchanged(why)
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=request.explain)

@@ -15,6 +15,7 @@ from ..jobclass import job_class_of
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
 from ..slurm.gres import parse_gres
+from ..slurm.partitions import Preemption
 from ..tokens import KEPT_MODE, parse_gpu_list, parse_horus_tokens
 
 RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
@@ -35,6 +36,7 @@ class Snapshot:
     jobs: list  # slurm.parse.QueueJob
     taken_at: float
     features: Dict[str, str] = field(default_factory=dict)  # node -> gpu type from its features
+    preemption: Preemption = field(default_factory=Preemption)  # whose jobs Slurm may start by preempting
 
 
 @dataclass
