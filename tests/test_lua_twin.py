@@ -263,13 +263,13 @@ def test_submit_fails_open_without_horusd(lua, tmp_path, monkeypatch):
     assert any(line.startswith("horus: job name=j") and "unchanged: horusd" in line for line in LUA_LOG)
 
 
-tres_items = st.one_of(
+wellformed_tres_items = st.one_of(
     st.builds(lambda n: f"gres:gpu:{n}", st.integers(0, 16)),
     st.builds(lambda t, n: f"gres:gpu:{t}:{n}", st.sampled_from(["v100", "a100", "g0", "g3"]), st.integers(0, 8)),
     st.builds(lambda n: f"gres/gpu={n}", st.integers(0, 8)),
     st.builds(lambda n: f"gres:shard:{n}", st.integers(0, 8)),
-    st.text(alphabet="gpures:/=,0123456789 ", max_size=20),
 )
+tres_items = st.one_of(wellformed_tres_items, st.text(alphabet="gpures:/=,0123456789 ", max_size=20))
 
 
 @settings(max_examples=200, deadline=None)
@@ -282,6 +282,28 @@ def test_gpu_request_twin_property(lua, tres, field, nodes, tasks):
     py_request, py_why = lua_twin.gpu_request(job)
     assert normalize(from_lua(lua_request)) == normalize(py_request)
     assert lua_why == py_why
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(wellformed_tres_items, min_size=0, max_size=3).map(",".join),
+       st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
+       st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
+def test_horusd_reads_gpu_counts_as_the_lua_does(lua, tres, field, nodes, tasks):
+    """Production (protocol.gpu_counts, for clients that send TRES strings) against the Lua itself."""
+    from slurm_horus.service.protocol import gpu_counts
+
+    job = {field: tres, "min_nodes": nodes, "num_tasks": tasks}
+    lua_request, _why = pair(lua.globals().HORUS.gpu_request(to_lua(lua, job)))
+    strings = [job.get(k, "") for k in ("tres_per_node", "tres_per_job", "tres_per_task")]
+    try:
+        counts = gpu_counts(*strings, None if nodes == NO_VAL else nodes, None if tasks == NO_VAL else tasks)
+    except ValueError:
+        counts = None
+    if lua_request is None:
+        assert counts is None or counts[0] == 0
+    else:
+        lua_request = from_lua(lua_request)
+        assert counts == (lua_request["gpus_per_node"], lua_request["nodes"])
 
 
 CONFIRMS = [
