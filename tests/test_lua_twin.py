@@ -270,12 +270,13 @@ wellformed_tres_items = st.one_of(
     st.builds(lambda n: f"gres:shard:{n}", st.integers(0, 8)),
 )
 tres_items = st.one_of(wellformed_tres_items, st.text(alphabet="gpures:/=,0123456789 ", max_size=20))
+FIELD_NODES_TASKS = (st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
+                     st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(tres_items, min_size=0, max_size=3).map(",".join),
-       st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
-       st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
+       *FIELD_NODES_TASKS)
 def test_gpu_request_twin_property(lua, tres, field, nodes, tasks):
     job = {field: tres, "min_nodes": nodes, "num_tasks": tasks}
     lua_request, lua_why = pair(lua.globals().HORUS.gpu_request(to_lua(lua, job)))
@@ -286,8 +287,7 @@ def test_gpu_request_twin_property(lua, tres, field, nodes, tasks):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(wellformed_tres_items, min_size=0, max_size=3).map(",".join),
-       st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
-       st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
+       *FIELD_NODES_TASKS)
 def test_horusd_reads_gpu_counts_as_the_lua_does(lua, tres, field, nodes, tasks):
     """Production (protocol.gpu_counts, for clients that send TRES strings) against the Lua itself."""
     from slurm_horus.service.protocol import gpu_counts
