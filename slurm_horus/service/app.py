@@ -114,7 +114,7 @@ class Horusd:
         self.offers_changed = threading.Event()
         self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
         self.mover = Mover(getattr(self.reader, "slurm_conf", None))
-        self.released_by_switch = False
+        self.released_by_switch = set()  # kept jobs let go while the kill switch is on
         self._wire(self.placer)
         self.offers_file = OffersFile(config.socket + ".offers")
         self.refresh_errors = 0
@@ -256,17 +256,17 @@ class Horusd:
 
     # ---- the queue ------------------------------------------------------------------------------
     def run_cycle_once(self):
-        """One pass: the kill switch, the scheduling cycle and its moves, the leases when due."""
+        """One pass: the kill switch, or the scheduling cycle and its moves."""
         placer = self.placer
         if os.path.exists(self.config.disable_file):
             # switched off: Slurm starts every kept job on its own, now (no waiting for the lease)
-            kept = placer.kept_job_ids()
-            if kept and not self.released_by_switch:
+            kept = [job_id for job_id in placer.kept_job_ids() if job_id not in self.released_by_switch]
+            if kept:
                 self.mover.release(kept)
+                self.released_by_switch.update(kept)
                 log.warning("horus: kill switch %s: %d kept jobs left to Slurm", self.config.disable_file, len(kept))
-            self.released_by_switch = bool(kept) or self.released_by_switch
             return
-        self.released_by_switch = False
+        self.released_by_switch.clear()
         unshaped = placer.take_unshaped()
         if unshaped:
             log.warning("horus: kept jobs %s ask for no GPU (a move cut short): their shard back", ",".join(unshaped))
