@@ -207,14 +207,13 @@ class Placer:
         job (sbatch -H) waits for its user: it joins the queue only once released, and the jobs that
         come after it do not wait behind it meanwhile."""
         reply = keep_reply(req, self.binding, req.job_id, self.lease_s, reason)
+        self.kept_decisions += 1
+        if self.on_kept is not None:
+            self.on_kept()  # a fresh state soon: the kept job's id, or room that freed meanwhile
         if held:
-            self.kept_decisions += 1
             return reply
         self.unseen_keeps[req.job_id] = self.clock() + self.ledger.ttl_s
-        self.kept_decisions += 1
         self.generation += 1  # offers computed while the queue was empty are void
-        if self.on_kept is not None:
-            self.on_kept()
         if self.on_change is not None:
             self.on_change()
         return reply
