@@ -8,7 +8,6 @@ recorded; the utilization report; the simulator on the embedded trace. Teardown 
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from typing import Callable, Dict, List
 
 import click
 
+from .jobclass import job_class_of
 from .localcluster import LocalCluster
 from .tokens import parse_horus_tokens
 
@@ -172,7 +172,7 @@ def show_sharing(ctx):
         job = queue.get(job_id)
         if job is None:
             continue
-        decision_id, token = parse_horus_tokens(job.admin_comment)
+        _decision_id, token = parse_horus_tokens(job.admin_comment)
         where = []
         for node, items in job.gres_by_node():
             for item in items:
@@ -180,7 +180,7 @@ def show_sharing(ctx):
                     where += [f"{node}:{index}" for index in item.indices]
         for gpu in where:
             by_gpu.setdefault(gpu, []).append(label)
-        job_class = token.get("class") or re.sub(r"^class=", "", job.comment) or "unknown"
+        job_class = job_class_of(comment=job.comment, admin_comment=job.admin_comment)
         how = token.get("mode") or ("user" if job.state == "RUNNING" else "-")
         predicted = f"{float(token['slowdown']):.2f}x" if token.get("slowdown") else "-"
         ctx.echo(f"    {job_id:>4} {label:14} {job_class:22} {job.state:8} {','.join(where) or '-':9} "

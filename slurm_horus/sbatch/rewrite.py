@@ -36,16 +36,19 @@ class Decision:
         self.binding = reply.get("binding") or "indexed"
         if self.binding not in _BINDINGS:
             raise ValueError(f"bad binding {self.binding!r}")
-        self.gres = reply.get("gres") or ""
-        if not isinstance(self.gres, str) or not _GRES.match(self.gres):
-            raise ValueError(f"bad gres {self.gres!r}")
+        tres = reply.get("tres") or ""
+        if not isinstance(tres, str) or not _GRES.match(tres) or \
+                any(not item.startswith("gres:") for item in tres.split(",") if tres):
+            raise ValueError(f"bad tres {tres!r}")
+        # sbatch's --gres spelling of the reply's tres_per_node (gres:shard:g2:1 -> shard:g2:1)
+        self.gres = "" if self.binding == "node" else ",".join(item[len("gres:"):] for item in tres.split(",") if tres)
         if self.binding != "node" and not self.gres:
             raise ValueError(f"binding {self.binding} without gres")
-        self.decision_id = str(reply.get("decision_id") or "")
+        self.decision_id = str(reply.get("id") or "")
         if not _DECISION_ID.match(self.decision_id):
-            raise ValueError(f"bad decision_id {self.decision_id!r}")
-        self.mode = reply.get("mode") if reply.get("mode") in ("exclusive", "shared") else ""
-        self.predicted_slowdown = _number(reply, "predicted_slowdown", float, 0.0, 1000.0)
+            raise ValueError(f"bad id {self.decision_id!r}")
+        self.mode = reply.get("mode") if reply.get("mode") in ("exclusive", "shareable", "shared") else ""
+        self.predicted_slowdown = _number(reply, "slowdown", float, 0.0, 1000.0)
         self.mps_percentage = _number(reply, "mps_thread_percentage", int, 1, 100)
         self.micro_batch = _number(reply, "micro_batch", int, 1, 1 << 30)
         self.grad_accum = _number(reply, "grad_accum", int, 1, 1 << 20)
@@ -58,7 +61,7 @@ class Decision:
         self.corunners = reply.get("corunner_slowdowns") if isinstance(
             reply.get("corunner_slowdowns"), dict) else {}
         self.reason = one_line(reply.get("reason"))
-        self.job_class = one_line(reply.get("job_class"))
+        self.job_class = one_line(reply.get("class"))
         self.candidates = reply.get("candidates") if isinstance(reply.get("candidates"), list) else []
 
     def summary(self):
