@@ -193,7 +193,8 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     assert f"export SLURM_CONF={conf}" in up.stdout
     env_line = subprocess.run(HORUS + ["local-cluster", "env", "--dir", str(directory)],
                               capture_output=True, text=True, check=True).stdout.strip()
-    assert env_line == f"export SLURM_CONF={conf}"
+    # horusd runs there: horus doctor, horus-sbatch and horus report need its site file too
+    assert env_line == f"export SLURM_CONF={conf} HORUS_CONFIG={directory / 'etc' / 'horus.conf'}"
     status = json.loads(subprocess.run(HORUS + ["local-cluster", "status", "--dir", str(directory), "--json"],
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [
