@@ -136,6 +136,35 @@ def should_handle(job, conf):
     return True, request
 
 
+def opted_out(env, comment):
+    """The user opted out: HORUS_OFF true in the job's environment, or ``horus=off`` (or ``no``) among
+    the words of the comment. job_submit.lua leaves such a job untouched, horusd answers unchanged."""
+    off = (env or {}).get("HORUS_OFF")
+    if off is not None and str(off).strip().lower() in ("1", "yes", "true", "on"):
+        return True
+    for word in re.findall(r"[^\s,;]+", comment or ""):
+        match = re.match(r"^horus=([A-Za-z]+)\Z", word)
+        if match and match.group(1).lower() in ("off", "no"):
+            return True
+    return False
+
+
+def left_message(job, submit_uid, why):
+    """The notification for horusd when a GPU job is left to Slurm, as a dict (the Lua sends it as
+    one JSON line); None for a job that asks for no GPU."""
+    gpus = sum(count_gpus(job.get(k))[0] for k in ("tres_per_node", "tres_per_job", "tres_per_task"))
+    if gpus == 0:
+        return None
+    message = {"op": "left", "uid": submit_uid, "user": job.get("user_name"), "reason": why}
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def offer_fits(job, request, conf):
+    """Whether a job may take a published offer: one untyped GPU on one node, no partition named."""
+    return (conf["offers"] is True and request["gpus_per_node"] == 1 and request["nodes"] == 1
+            and request.get("gpu_type") is None and not job.get("partition"))
+
+
 def parse_kv(line):
     """The key=value;... reply as a dict; (None, why) when malformed or not ok."""
     if not isinstance(line, str) or line == "":
