@@ -79,6 +79,10 @@ def test_authorize_rules():
     assert authorize(message, 1000, trusted, controller=False) is None and message["uid"] == 1000
     assert "may not ask on behalf of uid 0" in authorize({"uid": 0}, 1000, trusted, controller=False)
     assert authorize({"uid": "x"}, 1000, trusted, controller=False) == "bad uid"
+    for op in ("reload", "left"):  # what only slurmctld's job_submit.lua may say, uid or not
+        assert authorize({"op": op}, 1000, trusted, controller=False) == f"{op} is for the controller socket"
+        assert authorize({"op": op, "uid": 1000}, 1000, trusted, controller=False) is not None
+        assert authorize({"op": op}, 1000, trusted, controller=True) is None
 
 
 ORDINARY_USER_CLIENT = r"""

@@ -95,6 +95,9 @@ def build_placer(config, predictor_factory=None, history=None):
         placer.policy = make_policy(config.policy, models)
     except ValueError as exc:
         raise HorusError(f"policy: {exc}") from None
+    # the classes the policy's model knows: any other class is treated as unknown (a GPU of its own)
+    for table in placer.policy.pair_tables():
+        placer.known_classes |= set(getattr(getattr(table.predictor, "index", None), "names", ()))
     return placer
 
 
@@ -138,6 +141,9 @@ class Horusd:
         if op == "claim":
             self.placer.claim(message)
             return None  # a notification: nothing is sent back
+        if op == "left":
+            self.placer.note_left_to_slurm()  # a GPU job job_submit.lua left to Slurm (a notification)
+            return None
         if op != "place":
             return {"ok": False, "error": f"unknown op {op!r}"}
         placer = self.placer  # one consistent placer per request, even during a reload

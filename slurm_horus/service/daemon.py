@@ -14,6 +14,7 @@ request's ``job_class`` (horus-sbatch), or ``class=NAME`` in the job comment. A 
 class runs exclusive unless ``share_unknown`` says otherwise.
 """
 
+import difflib
 import logging
 import re
 import threading
@@ -26,8 +27,9 @@ from typing import Callable, Dict, Optional
 from ..placement.framework import SchedulingContext
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
+from ..slurm.hostlist import expand_hostlist
 from ..tokens import gpu_list, parse_gpu_list, parse_horus_tokens
-from .lua_twin import gpu_request
+from .lua_twin import gpu_request, opted_out
 
 log = logging.getLogger("horusd")
 
@@ -99,6 +101,34 @@ def _global_gpu_ids(state, node_indices):
     return tuple(sorted(gpus))
 
 
+def _reserve_where_slurm_starts(state, job, now):
+    """Reserve, as exclusive, the GPUs Slurm will most likely give a pending GPU job horusd did not
+    pin (a job array's tasks, a job with --nodelist or --exclusive, one left to Slurm), so that no
+    job is pinned where it would wait behind it. The rule is cons_tres' first fit (the one
+    ``placement/policies/slurm_default.py`` models): nodes in order (only those the job named, in its
+    partition), on each the lowest free GPUs; one reservation per task that fits now."""
+    per_node = sum(item.count for item in job.gres_requested if item.name == "gpu")
+    if per_node < 1:
+        return
+    named = set(expand_hostlist(job.required_nodes)) if job.required_nodes else None
+    partitions = set(job.partition.split(",")) if job.partition else None
+    end = now + (job.time_limit * 60.0 if job.time_limit else 3600.0)
+    for task in range(job.tasks):
+        if state.n_free < per_node:
+            return  # a full cluster (the common case under load) costs nothing to check
+        for node_id, node in enumerate(state.nodes):
+            if state.node_free[node_id] < per_node or (named is not None and node.name not in named) or \
+                    (partitions and not partitions & set(node.partitions)):
+                continue
+            free = [g for g in range(node.first_gpu, node.first_gpu + node.n_gpus) if state.gpu_njobs[g] == 0]
+            if len(free) >= per_node:
+                state.place(RunningJob(f"{job.job_id}.slurm{task}", UNKNOWN_CLASS, tuple(free[:per_node]), now, end,
+                                       exclusive=True, user=job.user, partition=job.partition))
+                break
+        else:
+            return  # this task waits for GPUs to free: so do the ones after it
+
+
 class Placer:
     """Turns place requests into decisions and keeps the ledger. Thread-safe."""
 
@@ -115,6 +145,8 @@ class Placer:
         self.ledger_ttl_s = ledger_ttl_s
         self.clock = clock
         self.classes = ClassIndex(known_classes)
+        # the classes the interference model knows (build_placer fills it); a class outside it is
+        # treated as unknown: a GPU of its own unless share_unknown (empty: every class is known)
         self.known_classes = set(known_classes)
         self.lock = threading.Lock()
         self.ledger: Dict[str, LedgerEntry] = {}
@@ -150,6 +182,7 @@ class Placer:
         state.build()
         seen_tokens = set()
         pending = pending_gpus = 0
+        unpinned = []  # pending GPU jobs horusd did not pin: Slurm starts them on GPUs of its choice
         for job in snapshot.jobs:
             decision_id, fields = parse_horus_tokens(job.admin_comment)
             if decision_id:
@@ -160,6 +193,8 @@ class Placer:
                 reserved = self._pinned_pending_job(state, job, fields, snapshot.taken_at)
                 if reserved is not None:
                     state.place(reserved)
+                elif not fields.get("gpus") and not job.state_reason.startswith(_NOT_STARTING_SOON):
+                    unpinned.append(job)
             if job.state not in RUNNING_STATES:
                 continue
             running = self._running_job_from_queue(state, job, snapshot.taken_at)
@@ -175,6 +210,8 @@ class Placer:
                     continue
                 if all(g < state.n_gpus for g in entry.job.gpus):
                     state.place(RunningJob(**{**entry.job.__dict__, "class_id": -1}))
+            for job in unpinned:
+                _reserve_where_slurm_starts(state, job, snapshot.taken_at)
             self.state = state
             self.generation += 1
             self.snapshot_time = snapshot.taken_at
@@ -221,18 +258,25 @@ class Placer:
 
     def place(self, message, record=True):
         """Decide for one request; returns the reply dict (see protocol.py)."""
+        if opted_out(message.get("hints") or {}, message.get("comment")):
+            return unchanged("the user opted out (--horus-off, HORUS_OFF or horus=off): left to Slurm, never shared")
         request, why = requested_gpus(message)
         if request is None:
             return unchanged(why)
         job_class = job_class_of(message)
+        class_known = self.class_known(job_class)
         if record and not message.get("dry_run") and len(self.requested_classes) < MAX_OFFER_CLASSES:
             self.requested_classes.add(job_class)
-        may_share = job_class != UNKNOWN_CLASS or self.share_unknown
+        may_share = class_known or self.share_unknown
         with self.lock:
             self._apply_claims()
             state = self.state
             if state is None:
                 return unchanged("no cluster state yet")
+            gpu_type = request.get("gpu_type")
+            if gpu_type and gpu_type not in state.gpu_types:
+                return unchanged(f"no GPU of type {gpu_type} here (horusd knows {', '.join(state.gpu_types) or 'none'}): "
+                                 "left to Slurm")
             if self.left_to_slurm_since is not None:
                 return unchanged("jobs left to Slurm may be starting: waiting for a fresh cluster state")
             decision_id = "h" + uuid.uuid4().hex[:10]
@@ -243,7 +287,7 @@ class Placer:
                 time_limit=float(time_limit) * 60 if time_limit else None,
                 user=str(message.get("user") or ""), submit_time=self.clock(),
                 # only typed shards let a second job join a GPU; indexed/node bindings hold whole GPUs
-                exclusive=not may_share or self.binding != "shard",
+                exclusive=not may_share or self.binding != "shard", gpu_type=gpu_type or "",
             )
             if req.partition and "," in req.partition:
                 first, *rest = [p for p in req.partition.split(",") if p]
@@ -255,17 +299,38 @@ class Placer:
             if not decision.placed:
                 if recording:
                     self._left_to_slurm()
-                return unchanged(decision.reason, candidates=explain_candidates(decision))
+                return unchanged(decision.reason, candidates=explain_candidates(decision),
+                                 **self._class_fields(job_class, class_known), **_counts(decision, state))
             if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
                 if recording:
                     self._left_to_slurm()
                 return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
             reply = self._reply(state, decision, req, job_class, decision_id)
+            reply.update(self._class_fields(job_class, class_known))
             if recording:
                 self._record(state, req, decision, reply, _int_or_none(message.get("uid")))
             elif message.get("offer"):
                 self.offered[decision_id] = (req, decision, reply, self.clock())
             return reply
+
+    def class_known(self, job_class):
+        """Whether the interference model knows ``job_class`` (always, when no model classes are set)."""
+        if job_class == UNKNOWN_CLASS:
+            return False
+        return not self.known_classes or job_class in self.known_classes
+
+    def _class_fields(self, job_class, known):
+        """``class_known`` and, for a class the model does not know, the closest known names."""
+        if known or job_class == UNKNOWN_CLASS:
+            return {"class_known": known}
+        return {"class_known": False,
+                "class_suggestions": difflib.get_close_matches(job_class, sorted(self.known_classes), n=3, cutoff=0.6)}
+
+    def note_left_to_slurm(self):
+        """job_submit.lua left a GPU job to Slurm (an array, --nodelist, --exclusive, opted out...): it
+        may start on any free GPU before our next refresh, so pin nothing until that refresh."""
+        with self.lock:
+            self._left_to_slurm()
 
     def _record(self, state, req, decision, reply, uid):
         """Put a decision in the state and the ledger (caller holds the lock)."""
@@ -371,10 +436,11 @@ class Placer:
             tres = ",".join(f"gres:shard:g{i}:1" for i in indices)
         elif binding_used == "indexed":
             tres = ",".join(f"gres:gpu:g{i}:1" for i in indices)
-        else:
-            tres = f"gres:gpu:{req.gpus_per_node}"
+        else:  # node binding: Slurm picks the GPUs on that node, of the type the user asked for
+            tres = f"gres:gpu:{req.gpu_type + ':' if req.gpu_type else ''}{req.gpus_per_node}"
         # shared: joins a GPU that runs another job; shareable: alone on a shard, others may join
         mode = "shared" if decision.shared else ("shareable" if binding_used == "shard" else "exclusive")
+        reason = f"{decision.reason}; {_MODE_WORDS[mode]}"
         partition = ""
         if req.extra_partitions:
             node = state.nodes[state.node_ids[decision.nodes[0]]]
@@ -390,24 +456,49 @@ class Placer:
             "predicted_slowdown": round(decision.predicted_slowdown, 3),
             "corunner_slowdowns": {k: round(1.0 / v, 3) if v > 0 else None
                                    for k, v in decision.corunner_norm_tput.items()},
-            "reason": decision.reason, "policy": decision.policy, "partition": partition or None,
+            "reason": reason, "policy": decision.policy, "partition": partition or None,
             "age": round(self.state_age(), 3),
-            "candidates": explain_candidates(decision),
+            "candidates": explain_candidates(decision), **_counts(decision, state),
         }
 
 
+_MODE_WORDS = {
+    "exclusive": "exclusive: a whole GPU of its own",
+    "shareable": "shared via shard: alone on its GPU for now, a well-matched job may join it",
+    "shared": "shared via shard with the job already on that GPU",
+}
+# policies rank "a free GPU before anything else" (or after) with scores beyond any real value
+_SENTINEL_SCORE = 1e8
+
+
+def _score_words(score):
+    if score >= _SENTINEL_SCORE:
+        return "ranked before every shared GPU"
+    if score <= -_SENTINEL_SCORE:
+        return "ranked after every shared GPU"
+    return f"score {score:.3f}"
+
+
 def explain_candidates(decision):
-    """The candidates a policy weighed, in the shape ``horus-sbatch --explain`` prints."""
+    """The candidates a policy weighed, in the shape ``horus-sbatch --explain`` prints: this job's
+    predicted slowdown there and the slowdown of the job already on that GPU (``corunner_slowdown``)."""
     chosen = {f"{node}:gpu{index}" for node, indices in decision.gpus.items() for index in indices}
     out = []
     for candidate in decision.candidates:
         node, _, gpu = candidate.where.partition(":gpu")
+        corunner = candidate.corunner_tput if candidate.shared else None
         out.append({
             "node": node, "gpus": [int(gpu)] if gpu.isdigit() else [],
             "predicted_slowdown": round(1.0 / candidate.job_tput, 3) if candidate.job_tput > 0 else None,
-            "why": f"{candidate.note}; score {candidate.score:.3f}", "chosen": candidate.where in chosen,
+            "corunner_slowdown": round(1.0 / corunner, 3) if corunner else None,
+            "why": f"{candidate.note}; {_score_words(candidate.score)}", "chosen": candidate.where in chosen,
         })
     return out
+
+
+def _counts(decision, state):
+    """How many GPUs could take the job and how many the cluster has (--explain lists only the best)."""
+    return {"candidates_total": decision.n_feasible, "gpus_total": state.n_gpus}
 
 
 def requested_gpus(message):
@@ -417,7 +508,8 @@ def requested_gpus(message):
     if "gpus_per_node" in message:
         try:
             nodes = message.get("num_nodes")
-            request = {"gpus_per_node": int(message["gpus_per_node"]), "nodes": 1 if nodes is None else int(nodes)}
+            request = {"gpus_per_node": int(message["gpus_per_node"]), "nodes": 1 if nodes is None else int(nodes),
+                       "gpu_type": message.get("gpu_type")}
         except (TypeError, ValueError):
             return None, "bad gpus_per_node or num_nodes"
     else:
@@ -427,6 +519,12 @@ def requested_gpus(message):
             return None, why or "no gpu requested"
     if request["gpus_per_node"] < 1 or request["nodes"] < 1:
         return None, "no gpu requested"
+    gpu_type = request.get("gpu_type")
+    if gpu_type is not None and (not isinstance(gpu_type, str) or not _SAFE_CLASS.match(gpu_type)):
+        return None, "bad gpu_type"
+    # a type the user asked for is kept: placed only among GPUs of that type (per-GPU index types
+    # g0..gN name no model: job_submit.lua leaves jobs already pinned to an index alone)
+    request["gpu_type"] = gpu_type.lower() if gpu_type else None
     return request, None
 
 

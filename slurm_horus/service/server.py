@@ -44,6 +44,8 @@ def authorize(message, uid, trusted_uids, controller):
     """None when the peer may make this request, else the reason it may not."""
     if controller or uid in trusted_uids:
         return None
+    if message.get("op") in ("reload", "left"):  # with or without a uid
+        return f"{message.get('op')} is for the controller socket"
     requested = message.get("uid")
     if requested is None:
         message["uid"] = uid
@@ -54,8 +56,6 @@ def authorize(message, uid, trusted_uids, controller):
         return "bad uid"
     if requested != uid:
         return f"uid {uid} may not ask on behalf of uid {requested}"
-    if message.get("op") == "reload":
-        return "reload is for the controller socket"
     return None
 
 
