@@ -19,16 +19,21 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slurmdbd)
 
 
-def _cluster(with_dbd):
-    problems = prerequisite_problems(with_dbd=with_dbd)
+def local_cluster(**options):
+    """Yield a running LocalCluster(**options) and tear it down (fixtures of any scope use it)."""
+    problems = prerequisite_problems(with_dbd=options.get("with_dbd", False))
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
-    cluster = LocalCluster(with_dbd=with_dbd).up()
+    cluster = LocalCluster(**options).up()
     try:
         yield cluster
     finally:
         survivors = cluster.down()
         assert not survivors, f"processes left behind by the test cluster: {survivors}"
+
+
+def _cluster(with_dbd):
+    yield from local_cluster(with_dbd=with_dbd)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from slurm_horus.localcluster import LocalCluster, prerequisite_problems
+from conftest import local_cluster
 from slurm_horus.service import protocol
 
 pytestmark = pytest.mark.slurm
@@ -24,15 +24,7 @@ REPORT = "#!/bin/sh\necho GDO=$GPU_DEVICE_ORDINAL JOB_GPUS=$SLURM_JOB_GPUS\nslee
 
 @pytest.fixture(scope="module")
 def horus_cluster():
-    problems = prerequisite_problems(with_dbd=False)
-    if problems:
-        pytest.fail("; ".join(problems), pytrace=False)
-    cluster = LocalCluster(nodes=2, gpus=4, horus=True).up()
-    try:
-        yield cluster
-    finally:
-        survivors = cluster.down()
-        assert not survivors, f"processes left behind: {survivors}"
+    yield from local_cluster(nodes=2, gpus=4, horus=True)
 
 
 @pytest.fixture
