@@ -2,6 +2,9 @@
 test_live_placement.py)."""
 
 import os
+import re
+
+import pytest
 
 from slurm_horus.config import load_config
 from slurm_horus.service.doctor import check_offers
@@ -34,3 +37,22 @@ def test_missing_stale_unreadable_or_foreign_offers_are_named(tmp_path):
 
 def test_offers_off_checks_nothing(tmp_path):
     assert check_offers(config(tmp_path, offers="no")) == []
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"policy": "nosuch"}, "unknown policy 'nosuch'"),
+    ({"policy": "horus/min_tput=abc"}, "policy 'horus/min_tput=abc'"),
+    ({"policy": "horus/no_such_option=1"}, "unknown option 'no_such_option'"),
+    ({"tcp": "nohost"}, "tcp: expected host:port"),
+])
+def test_doctor_refuses_what_serve_refuses(tmp_path, settings, says):
+    from slurm_horus.errors import HorusError
+    from slurm_horus.service.app import Horusd
+    from slurm_horus.service.doctor import run_checks
+
+    config = load_config(dict({"socket": str(tmp_path / "s.sock")}, **settings), environ={})
+    problems = run_checks(config, tmp_path / "no-slurm.conf")
+    assert any(level == "error" and says in message and "horus serve refuses it" in message
+               for level, message in problems), problems
+    with pytest.raises(HorusError, match=re.escape(says)):
+        Horusd(config)
