@@ -69,7 +69,7 @@ def test_no_answer_submits_unchanged_and_says_so_once(tmp_path, job_script):
     env = clean_environment(tmp_path, str(tmp_path / "nobody-listens.sock"))
     result = run_horus_sbatch(["--dry-run", str(job_script)], env, tmp_path)
     lines = result.stderr.decode().splitlines()
-    assert len(lines) == 1 and "no answer from horusd" in lines[0] and "without placement" in lines[0]
+    assert len(lines) == 1 and "no answer from horusd" in lines[0] and "job_submit.lua may still place it" in lines[0]
     assert f"command: sbatch {job_script}\n" in result.stdout.decode()
     assert result.stdout.endswith(SCRIPT)
 
@@ -245,3 +245,13 @@ def test_horus_off_reaches_the_jobs_environment_whatever_export_says(tmp_path, j
 def test_placed_job_exports_its_decision_id_when_export_is_narrowed(tmp_path, job_script):
     result, _ = dry_run(tmp_path, ["--export=NONE", str(job_script)])
     assert "--export=NONE,HORUS_DECISION=h-test01 " in result.stdout.decode()
+
+
+def test_no_answer_carries_the_class_to_job_submit_lua(tmp_path, job_script):
+    # a login node without horusd's socket: the class still reaches job_submit.lua on the controller
+    env = clean_environment(tmp_path, str(tmp_path / "nobody-listens.sock"))
+    result = run_horus_sbatch(["--dry-run", "--horus-class", "lm-bs20", "--export=NONE", str(job_script)], env,
+                              tmp_path)
+    out = result.stdout.decode()
+    assert "environment: HORUS_CLASS=lm-bs20\n" in out
+    assert f"command: sbatch --export=NONE --export=NONE,HORUS_CLASS=lm-bs20 {job_script}\n" in out

@@ -259,8 +259,17 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
     user_socket = config.socket + ".user"
     reply = asker(request, user_socket, config.timeout_ms / 1000.0)
     if reply is None:
-        say(f"no answer from horusd at {user_socket} within {config.timeout_ms:g} ms; "
-            "job submitted without placement")
+        # e.g. a login node, far from horusd's Unix socket: job_submit.lua in slurmctld still asks
+        # horusd, and reads the job class from the job's environment
+        say(f"no answer from horusd at {user_socket} within {config.timeout_ms:g} ms; job submitted "
+            "without a preview (job_submit.lua may still place it)")
+        carried = {name: value for name, value in (("HORUS_CLASS", settings.get("class")),
+                                                   ("HORUS_MODEL", settings.get("model")),
+                                                   ("HORUS_BATCH_SIZE", settings.get("batch-size"))) if value}
+        if carried:
+            unchanged.environment.update(carried)
+            unchanged.argv = (invocation.words_without() + _export_option(view, unchanged.environment)
+                              + invocation.rest)
         unchanged.why_unchanged = "horusd did not answer"
         return unchanged, script
     unchanged.decision_reply = reply
