@@ -56,3 +56,12 @@ def test_doctor_refuses_what_serve_refuses(tmp_path, settings, says):
                for level, message in problems), problems
     with pytest.raises(HorusError, match=re.escape(says)):
         Horusd(config)
+
+
+@pytest.mark.parametrize("binding", ["shard", "indexed", "node"])
+def test_shipped_slurm_conf_snippets_are_complete(binding, tmp_path):
+    from slurm_horus.resources import resource_path
+    from slurm_horus.service.doctor import _check_slurm_conf, read_slurm_conf
+
+    snippet = resource_path("hpc_configs", f"slurm.conf.{binding}")
+    assert _check_slurm_conf(read_slurm_conf(snippet), binding) == []
