@@ -308,3 +308,16 @@ def test_run_slurm_timeout_and_missing_program_are_clear_errors(tmp_path):
         run_slurm(["sinfo"], slurm_conf=tmp_path / "missing.conf", timeout=1)
     with pytest.raises(SlurmCommandError, match="not found on PATH"):
         run_slurm(["no-such-slurm-command"])
+
+
+@pytest.mark.slurm  # starts its own daemons
+def test_horusd_runs_this_installation_whatever_the_current_directory_holds(tmp_path, monkeypatch):
+    # `python -m slurm_horus` looks in the current directory first: a checkout of another version
+    # there must not become the cluster's horusd
+    other = tmp_path / "other-checkout" / "slurm_horus"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    (other / "__main__.py").write_text("raise SystemExit('the copy in the current directory ran')\n")
+    monkeypatch.chdir(other.parent)
+    with LocalCluster(nodes=1, gpus=1, horus=True) as cluster:
+        assert any(d["name"] == "horusd" for d in cluster.status()["daemons"])
