@@ -116,7 +116,7 @@ def _empty(width, _height, title, why="no data"):
     return "".join(out)
 
 
-MIN_LEFT = 56  # charts stacked on one page keep their plot areas aligned
+MIN_LEFT = 72  # charts stacked on one page keep their plot areas aligned
 
 
 def _series_list(series):
@@ -195,8 +195,8 @@ def line_chart(series, title="", x_label="", y_label="", x_kind="number", y_max=
     last_x = -1e9
     for value, text in zip(x_ticks, x_texts):
         x = sx(value)
-        if x < left - 0.5 or x > left + pw + 0.5 or x - last_x < min_gap:
-            continue  # outside the plot, or it would overlap its neighbour
+        if x < left - 0.5 or x > left + pw + 0.5 or x - last_x < min_gap or x + len(text) * CHAR_W / 2 > width:
+            continue  # outside the plot, over its neighbour, or off the chart
         last_x = x
         out.append(f'<line x1="{x:.1f}" y1="{top_m + ph}" x2="{x:.1f}" y2="{top_m + ph + 4}" stroke="#666"/>'
                    f'<text x="{x:.1f}" y="{top_m + ph + 16}" text-anchor="middle" fill="#333">{escape(text)}</text>')
@@ -292,7 +292,7 @@ def timeline_chart(rows, title="", width=720):
     if not rows:
         return _empty(width, 80, title)
     left = min(220, 16 + int(max(len(str(r[0])) for r in rows) * CHAR_W))
-    right, top_m, row_h = 16, 26, 22
+    right, top_m, row_h = 32, 26, 22  # room for half a clock-time label at the end of the axis
     height = top_m + row_h * len(rows) + 40
     t0, t1 = min(r[1] for r in rows), max(r[2] for r in rows)
     if t1 <= t0:
@@ -310,8 +310,8 @@ def timeline_chart(rows, title="", width=720):
     last_x = -1e9
     for value, text in zip(ticks, texts):
         x = sx(value)
-        if x - last_x < min_gap:
-            continue
+        if x - last_x < min_gap or x + len(text) * CHAR_W / 2 > width or x - len(text) * CHAR_W / 2 < 0:
+            continue  # it would overlap its neighbour or run off the chart
         last_x = x
         out.append(f'<line x1="{x:.1f}" y1="{top_m}" x2="{x:.1f}" y2="{bottom_y + 4}" stroke="#eee"/>'
                    f'<text x="{x:.1f}" y="{bottom_y + 16}" text-anchor="middle" fill="#333">{text}</text>')
