@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import local_cluster
+from conftest import horusd_sees_now, local_cluster
 from slurm_horus.service import protocol
 
 pytestmark = pytest.mark.slurm
@@ -30,7 +30,7 @@ def cluster():
 @pytest.fixture
 def clean(cluster):
     cluster.cancel_all_jobs()
-    time.sleep(1.5)  # horusd's next refresh (refresh_s = 1) sees the empty queue
+    horusd_sees_now(cluster)  # horusd's state shows the empty queue
     yield cluster
     cluster.cancel_all_jobs()
 
@@ -131,7 +131,7 @@ def test_running_array_tasks_hold_their_gpus_in_horusds_state(clean):
     while sum(j.state == "RUNNING" for j in clean.queue()) < 4:
         assert time.monotonic() < deadline, clean.queue()
         time.sleep(0.2)
-    time.sleep(1.5)
+    horusd_sees_now(clean)
     for _ in range(3):
         dry = shell(clean, "horus-sbatch --dry-run --gres=gpu:1 --horus-class resnet18-bs64 --wrap 'sleep 1'")
         assert "--nodelist=n2 " in dry.stdout, dry.stdout  # every GPU of n1 is held by the array
@@ -199,7 +199,7 @@ def test_explain_fills_the_worst_corunner_column(clean):
     assert wait_running(clean, fillers)
     first = clean.sbatch(["--gres=gpu:1", "--comment=class=resnet18-bs32"], FILLER)
     assert wait_running(clean, [first])
-    time.sleep(1.5)
+    horusd_sees_now(clean)
     dry = shell(clean, "horus-sbatch --dry-run --explain --horus-class resnet18-bs64 --gres=gpu:1 --wrap 'sleep 1'")
     rows = [line for line in dry.stdout.splitlines() if "with resnet18-bs32" in line]
     assert rows, dry.stdout

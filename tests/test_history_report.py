@@ -152,7 +152,7 @@ def test_a_reader_never_creates_a_database_or_its_directory(tmp_path, capsys):
 
 def test_job_samples_after_its_end_are_not_its_own(db_path, capsys):
     db = open_db(db_path)
-    store_batches(db, samples(1, 0, 1100, 30, 0, 0))  # job 1 ended at 1100: the collector saw it late
+    store_batches(db, samples(1, 0, 1101, 30, 0, 0))  # job 1 ended at 1100 (to the second): seen late
     code, out, _ = run(capsys, "report", "job", "1", "--db", str(db_path), "--json")
     gpu = json.loads(out)["gpus"][0]
-    assert gpu["mean_sm_util"] == 90 and max(p[0] for p in gpu["series"]) < 1100
+    assert gpu["mean_sm_util"] == 90 and max(p[0] for p in gpu["series"]) < 1101

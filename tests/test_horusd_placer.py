@@ -130,8 +130,8 @@ def test_after_leaving_a_job_to_slurm_nothing_is_pinned_until_a_fresh_state():
     assert woken == [True]
     clock.now += 0.1
     placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock() - 0.5))  # older: still uncertain
-    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]
-    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]  # left to Slurm too
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock() + 0.01))  # read after both
     assert ask(placer, "resnet50-bs64")["action"] == "place"
 
 
@@ -475,3 +475,18 @@ def test_explain_candidates_carry_counts_real_scores_and_the_corunner_slowdown()
     shared = ask(placer, "resnet18-bs64", explain=True)
     sharing = [c for c in shared["candidates"] if c["corunner_slowdown"] is not None]
     assert sharing and all(c["corunner_slowdown"] >= 1.0 for c in sharing)
+
+
+def test_a_job_answered_during_the_pause_extends_it_to_a_state_read_after_it():
+    # three jobs left to Slurm in a row: a refresh read between the first and the third does not
+    # show the third, which Slurm may start on any free GPU: pinning must wait for a newer read
+    clock = Clock()
+    placer = make_placer(clock=clock, nodes=[node("n1", gpus=1)])
+    ask(placer, "resnet50-bs64")
+    ask(placer, "recommendation-bs2048")  # no room: left to Slurm, pinning paused
+    clock.now += 0.5
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]  # left to Slurm as well
+    placer.load_snapshot(Snapshot([node("n1", gpus=1)], [], taken_at=clock() - 0.2))  # read before it
+    assert placer.left_to_slurm_since is not None
+    placer.load_snapshot(Snapshot([node("n1", gpus=1)], [], taken_at=clock() + 0.1))
+    assert placer.left_to_slurm_since is None

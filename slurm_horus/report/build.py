@@ -118,13 +118,14 @@ def find_jobs(db, spec):
 
 def _gpu_usage(db, job_id, start=None, end=None):
     """Per (node, gpu) series and summary from job_gpu_use joined with the GPU's own sample; only the
-    samples taken while the job ran (a collector may still see its id a moment after it ended)."""
+    samples taken while the job ran (a collector may still see its id a moment after it ended), to
+    the second sacct records."""
     rows = db.execute(
         "SELECT u.node, u.gpu_index, u.ts, u.sm_util, u.mem_used_mb, u.shared, g.mem_total_mb, g.gpu_util "
         "FROM job_gpu_use u LEFT JOIN gpu_samples g "
         "ON g.node = u.node AND g.gpu_index = u.gpu_index AND g.ts = u.ts "
         "WHERE u.job_id = ? AND u.ts >= ? AND u.ts < ? ORDER BY u.node, u.gpu_index, u.ts",
-        [job_id, start or 0, end or 1e18]).fetchall()
+        [job_id, start or 0, end + 1 if end else 1e18]).fetchall()  # sacct's end is cut to the second
     series = defaultdict(list)
     for node, index, ts, sm, mem, shared, total, gpu_util in rows:
         series[(node, index)].append((ts, sm, mem, shared, total, gpu_util))

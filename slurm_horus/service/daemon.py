@@ -278,6 +278,9 @@ class Placer:
                 return unchanged(f"no GPU of type {gpu_type} here (horusd knows {', '.join(state.gpu_types) or 'none'}): "
                                  "left to Slurm")
             if self.left_to_slurm_since is not None:
+                if record and not message.get("dry_run"):
+                    # this job goes to Slurm unpinned too: only a state read after it may end the pause
+                    self._left_to_slurm()
                 return unchanged("jobs left to Slurm may be starting: waiting for a fresh cluster state")
             decision_id = "h" + uuid.uuid4().hex[:10]
             time_limit = message.get("time_limit_min")
