@@ -13,8 +13,9 @@ import uuid
 
 import pytest
 
-from conftest import horusd_sees_now, local_cluster
 from slurm_horus.service import protocol
+
+from conftest import horusd_sees_now, local_cluster
 
 pytestmark = pytest.mark.slurm
 
