@@ -119,7 +119,7 @@ def submit_with_horus_sbatch(ctx, label, job_class, extra):
 def horus_command(ctx, args, **kwargs):
     env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
     return subprocess.run([sys.executable, "-m", "slurm_horus", *args], env=env, capture_output=True, text=True,
-                          timeout=kwargs.get("timeout", 120))
+                          timeout=kwargs.get("timeout", 120), cwd=str(ctx.cluster.root))
 
 
 def start_collectors(ctx):
@@ -131,7 +131,8 @@ def start_collectors(ctx):
             [sys.executable, "-m", "slurm_horus", "collect", "--backend", "standin", "--node", node,
              "--interval", "1", "--spool", str(spool), "--ship-every", "5",
              "--slurm-conf", str(ctx.cluster.slurm_conf)],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            cwd=str(ctx.cluster.root))))
     ctx.echo(f"    horus collect --backend standin on {', '.join(ctx.cluster.node_names())} "
              "(NVML stand-in: these fake GPUs report what the jobs claim)")
 
@@ -255,7 +256,7 @@ def simulate_embedded_trace(ctx):
                 "--load", "2", "--no-progress", "--json", summary]
         ctx.echo("    horus simulate --trace philly_sample.csv (800 Philly jobs) --cluster 4x4:v100 "
                  "--truth gavel:v100 --load 2")
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp)
         if result.returncode != 0:
             raise click.ClickException(f"simulate failed: {result.stderr.strip()}")
         for line in result.stdout.strip().splitlines():
