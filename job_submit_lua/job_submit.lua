@@ -161,7 +161,6 @@ function horus.should_handle(job, conf, now)
   if request.gpu_type and string.match(request.gpu_type, "^g%d+$") then
     return false, "already pinned to a gpu index"
   end
-  if request.gpu_type then return false, "explicit gpu type" end
   return true, request
 end
 

@@ -146,8 +146,6 @@ def should_handle(job, conf, now=None):
         return False, "explicit exclusive"
     if request["gpu_type"] and _INDEX_TYPE.match(request["gpu_type"]):
         return False, "already pinned to a gpu index"
-    if request["gpu_type"]:
-        return False, "explicit gpu type"
     return True, request
 
 
