@@ -8,18 +8,24 @@ derives. What each row keeps beyond sacct's own fields:
 * ``gres_alloc``: the GRES part of AllocTRES (``gpu:g2=1,gpu=1,shard=2``);
 * ``gpu_indices``: which GPUs the job held. sacct prints no IDX, but a site that gives each GPU its
   own GRES type ``gK`` (horus' indexed binding, the local cluster) records ``gres/gpu:gK`` and, when
-  ``gres/shard:gK`` is in AccountingStorageTRES, ``gres/shard:gK``; otherwise a ``gpus=`` token of
-  the ``horus:`` admin comment tells;
-* ``horus_tokens`` / ``horus_id``: the ``horus:`` tokens of AdminComment and Comment;
-* ``job_class``: ``class=`` token (horus: or plain comment), else the job name.
+  ``gres/shard:gK`` is in AccountingStorageTRES, ``gres/shard:gK``; otherwise the ``gpus=`` field of
+  a verified ``horus:`` token tells (:func:`apply_decision_token`);
+* ``horus_tokens`` / ``horus_id``: the ``horus:`` token of AdminComment. Never of Comment: users
+  write that, and a token there would let them claim GPUs and decisions. The ingest keeps the token
+  only when its decision is in the history (``collect/ingest.py``);
+* ``job_class``: :func:`slurm_horus.jobclass.job_class_of` of the comment (``class=``), the very
+  reader horusd uses, and a verified token's class wins; NULL when the class is unknown (such jobs
+  run exclusive and teach the model nothing).
 """
 
 import json
 import re
 
 from ..errors import InputError
+from ..jobclass import UNKNOWN_CLASS, job_class_of
 from ..slurm.acct import (  # noqa: F401 (PARSABLE_*: the ingest's sacct -P call names them)
     PARSABLE_DELIMITER, PARSABLE_FIELDS, parsable_exit_codes, read_sacct_json, read_sacct_parsable,
+    read_sacct_usage,
 )
 from ..tokens import parse_horus_tokens
 
@@ -35,6 +41,7 @@ JOB_COLUMNS = (
     "qos", "state", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "elapsed_s",
     "time_limit_min", "nodes", "n_nodes", "n_cpus", "mem_mb", "n_gpus", "gres_alloc", "gres_req",
     "gpu_indices", "shards", "comment", "admin_comment", "horus_id", "horus_tokens", "job_class",
+    "cpu_time_s", "max_rss_mb",
 )
 STEP_COLUMNS = (
     "cluster", "job_id", "step_id", "name", "state", "exit_code", "exit_signal", "start_time",
@@ -42,36 +49,18 @@ STEP_COLUMNS = (
 )
 
 
-_CLASS_WORD = re.compile(r"(?:^|[\s,;])class=([A-Za-z0-9._+-]+)")
-
-
-def job_class_of(name, comment, admin_comment, tokens):
-    """Class of a job: horus token ``class=``, else ``class=`` in the comment, else the job name."""
-    if tokens.get("class"):
-        return tokens["class"]
-    for text in (comment, admin_comment):
-        match = _CLASS_WORD.search(text or "")
-        if match:
-            return match.group(1)
-    return name or None
-
-
 def gres_from_tres(entries):
     """AllocTRES GRES entries [(name, type, count)] -> (gres string, n_gpus, shards, indices)."""
     parts, n_gpus, shards, indices = [], 0, 0, set()
     for name, gres_type, count in entries:
         parts.append(f"{name}:{gres_type}={count}" if gres_type else f"{name}={count}")
-        if gres_type is None:
-            if name == "gpu":
-                n_gpus = max(n_gpus, count)
-            elif name == "shard":
-                shards = max(shards, count)
-        else:
-            match = _TYPED_INDEX.match(gres_type)
-            if match and count > 0 and name in ("gpu", "shard"):
-                indices.add(int(match.group(1)))
-            if name == "gpu":
-                n_gpus = max(n_gpus, count)
+        if name == "gpu":
+            n_gpus = max(n_gpus, count)
+        elif name == "shard":
+            shards = max(shards, count)
+        match = _TYPED_INDEX.match(gres_type or "")
+        if match and count > 0 and name in ("gpu", "shard"):
+            indices.add(int(match.group(1)))
     return ",".join(sorted(parts)), n_gpus, shards, indices
 
 
@@ -91,10 +80,10 @@ def _gpus_token_indices(value):
 
 
 def _finish_job_row(row, gres_entries, req_text):
+    row.setdefault("cpu_time_s", None)
+    row.setdefault("max_rss_mb", None)
     gres_text, n_gpus, shards, indices = gres_from_tres(gres_entries)
-    decision_id, tokens = parse_horus_tokens(row["admin_comment"], row["comment"])
-    if not indices and tokens.get("gpus"):
-        indices = _gpus_token_indices(tokens["gpus"])
+    decision_id, tokens = parse_horus_tokens(row["admin_comment"])  # users write Comment: never from there
     row.update(
         gres_alloc=gres_text or None,
         gres_req=req_text or None,
@@ -103,9 +92,30 @@ def _finish_job_row(row, gres_entries, req_text):
         gpu_indices=_indices_text(indices),
         horus_id=decision_id,
         horus_tokens=json.dumps(tokens, sort_keys=True) if tokens else None,
-        job_class=job_class_of(row["name"], row["comment"], row["admin_comment"], tokens),
+        job_class=_known(job_class_of(comment=row["comment"])),
     )
     return row
+
+
+def apply_decision_token(row):
+    """A row whose ``horus:`` token names a decision the history holds: the token's class, and the
+    GPUs of its ``gpus=`` field when sacct recorded the allocation but no index (shards)."""
+    tokens = json.loads(row["horus_tokens"]) if row.get("horus_tokens") else {}
+    if tokens.get("class"):
+        row["job_class"] = tokens["class"]
+    if not row.get("gpu_indices") and tokens.get("gpus") and (row.get("n_gpus") or row.get("shards")):
+        row["gpu_indices"] = _indices_text(_gpus_token_indices(tokens["gpus"]))
+    return row
+
+
+def drop_decision_token(row):
+    """A row whose token names no decision the history holds: nothing of it is believed."""
+    row["horus_id"] = row["horus_tokens"] = None
+    return row
+
+
+def _known(job_class):
+    return None if job_class == UNKNOWN_CLASS else job_class
 
 
 def _rows(jobs):
@@ -128,6 +138,18 @@ def job_rows_from_parsable(text, source="sacct -P"):
     """Parse ``sacct -P --delimiter=PARSABLE_DELIMITER -n -o PARSABLE_FIELDS`` output."""
     jobs, steps = read_sacct_parsable(text, source)
     return _rows(jobs), steps
+
+
+def apply_usage(jobs, text):
+    """CPU time and MaxRSS from ``sacct -P -n -o JobIDRaw,TotalCPU,MaxRSS`` (the ``sacct -P`` path;
+    the JSON carries them in its steps): TotalCPU of the job line, the largest MaxRSS of its steps."""
+    cpu, rss = read_sacct_usage(text)
+    for job in jobs:
+        key = str(job["job_id"])
+        if cpu.get(key) is not None:
+            job["cpu_time_s"] = round(cpu[key], 3)
+        if key in rss:
+            job["max_rss_mb"] = round(rss[key], 1)
 
 
 def apply_exit_codes(jobs, steps, text):

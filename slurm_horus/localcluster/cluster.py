@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import stat
@@ -91,6 +92,16 @@ def _golden_key(cluster_name, db_install, install):
         info = os.stat(install.host_path(path)) if path else None
         parts.append(f"{program}:{info.st_size}:{int(info.st_mtime)}" if info else program)
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
+
+
+def poll(predicate, timeout, step=0.2):
+    """True as soon as ``predicate()`` is, False once ``timeout`` seconds passed (tests, benchmarks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
 
 
 def _wait_until(predicate, timeout, what, log_hint=None, poll=0.05):
@@ -212,9 +223,14 @@ class LocalCluster:
         return str(self.layout.run / "horusd.sock")
 
     def export_line(self):
-        line = f"export SLURM_CONF={self.slurm_conf}"
+        """The shell line that points Slurm's commands and horus's (``horus doctor``, ``horus-sbatch``,
+        ``horus report``) at this cluster: SLURM_CONF, HORUS_CONFIG when horusd runs here, and a chroot Slurm's
+        commands first on PATH."""
+        line = f"export SLURM_CONF={shlex.quote(str(self.slurm_conf))}"
+        if self.horus_config.exists():
+            line += f" HORUS_CONFIG={shlex.quote(str(self.horus_config))}"
         if self.install.bin_dir is not None:
-            line += f' PATH="{self.install.bin_dir}:$PATH"'
+            line += f' PATH={shlex.quote(str(self.install.bin_dir))}:"$PATH"'
         return line
 
     def node_names(self):

@@ -125,6 +125,22 @@ def _json_step_id(step, job_id):
     return ident[len(prefix):] if ident.startswith(prefix) else ident
 
 
+def _json_usage(steps):
+    """(CPU seconds, largest resident memory in MB) of a job from its steps, as seff reads them:
+    TotalCPU is the sum of the steps' user + system time, MaxRSS the largest step maximum."""
+    micros, rss = None, None
+    for step in steps:
+        total = _get(step, "time", "total")
+        if isinstance(total, dict) and (total.get("seconds") is not None or total.get("microseconds") is not None):
+            micros = (micros or 0) + _int(total.get("seconds"), 0) * 1000000 + _int(total.get("microseconds"), 0)
+        for item in _get(step, "tres", "requested", "max") or []:
+            if item.get("type") == "mem" and _int(item.get("count")) is not None:
+                rss = max(rss or 0.0, _int(item.get("count")) / (1024.0 * 1024.0))
+    # milliseconds, cut as sacct prints TotalCPU (so the sacct -P path reads the same number)
+    cpu = round(micros // 1000 / 1000.0, 3) if micros is not None else None
+    return cpu, (round(rss, 1) if rss is not None else None)
+
+
 def read_sacct_json(doc):
     """A ``sacct --json`` document (text, or decoded) -> (job dicts, step dicts)."""
     doc = loads(doc, "sacct", "jobs")
@@ -138,6 +154,7 @@ def read_sacct_json(doc):
         times = job.get("time") or {}
         gres_entries, other = _json_tres_entries(_get(job, "tres", "allocated"))
         req_gres, _ = _json_tres_entries(_get(job, "tres", "requested"))
+        cpu_time_s, max_rss_mb = _json_usage(job.get("steps") or [])
         jobs.append({
             "cluster": cluster,
             "job_id": job_id,
@@ -162,6 +179,8 @@ def read_sacct_json(doc):
             "mem_mb": float(other["mem"]) if _int(other.get("mem")) is not None else None,
             "comment": _get(job, "comment", "job") or None,
             "admin_comment": _get(job, "comment", "administrator") or None,
+            "cpu_time_s": cpu_time_s,
+            "max_rss_mb": max_rss_mb,
             "gres_entries": gres_entries,
             "req_gres_entries": req_gres,
         })
@@ -199,6 +218,37 @@ def parsable_exit(text):
     """``3:0`` -> (3, 0)."""
     code, _, signal = (text or "").partition(":")
     return _int(code), _int(signal)
+
+
+def _parsable_seconds(text):
+    """sacct's TotalCPU: ``[D-][HH:]MM:SS[.mmm]`` -> seconds; None when empty."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    try:
+        seconds = sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
+        return seconds + (int(days) * 86400 if days else 0)
+    except ValueError:
+        return None
+
+
+def read_sacct_usage(text):
+    """``sacct -P -n -o JobIDRaw,TotalCPU,MaxRSS`` output -> ({job id: CPU seconds of the job line},
+    {job id: largest MaxRSS in MB of its lines})."""
+    cpu, rss = {}, {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 3:
+            continue
+        job_id = fields[0].split(".")[0]
+        if "." not in fields[0]:
+            cpu[job_id] = _parsable_seconds(fields[1])
+        memory = _mem_mb(fields[2])
+        if memory is not None:
+            rss[job_id] = max(rss.get(job_id, 0.0), memory)
+    return cpu, rss
 
 
 def parsable_exit_codes(text):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from ..errors import InputError
+from ..hostlist import split_outside
 
 _ITEM = re.compile(r"^(?P<body>[^()]+?)(?:\((?P<attrs>[^()]*)\))?$")
 _POSITIONS = re.compile(r"^\d+/\d+(?:,\d+/\d+)*$")
@@ -81,23 +82,6 @@ def format_index_list(indices):
 def split_gres_list(text):
     """Split a comma-separated GRES list, keeping commas inside ``(...)`` (``IDX:0-1,3``)."""
     return split_outside(text, "(", ")")
-
-
-def split_outside(text, opening, closing):
-    """Split ``text`` on the commas that are not between ``opening`` and ``closing``."""
-    items, depth, current = [], 0, []
-    for char in text:
-        if char == opening:
-            depth += 1
-        elif char == closing:
-            depth -= 1
-        if char == "," and depth == 0:
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    items.append("".join(current))
-    return [item.strip() for item in items if item.strip()]
 
 
 def parse_gres_item(text):
@@ -200,6 +184,12 @@ def held_indices(item):
         return item.indices
     index = type_index(item)
     return () if index is None else (index,)
+
+
+def spelling_of(tres, default="gres:"):
+    """The GRES prefix a ``tres_per_node`` request is spelled with (``gres:`` or ``gres/``), else ``default``."""
+    match = re.match(r"gres[:/]", tres or "")
+    return match.group(0) if match else default
 
 
 def format_tres(items, prefix):

@@ -21,7 +21,7 @@ from typing import List, Optional, Tuple
 from ..errors import InputError
 from .acct import read_sacct_json
 from .gres import GresItem, held_indices, parse_gres, typed_gpu_indices
-from .hostlist import expand_hostlist
+from ..hostlist import expand_hostlist
 from .openapi import document_version, job_state, loads, text_list, whole, words
 
 def _gres_field(record, key, command):
@@ -114,6 +114,9 @@ class QueueJob:
     time_limit: int = 0  # minutes; 0 when unset
     gres_detail: Tuple[str, ...] = ()  # one entry per allocated node, in node order
     state_reason: str = ""  # why a pending job waits (Resources, Priority, Dependency, JobHeldUser, ...)
+    node_count: int = 1  # nodes asked for (pending) or held (running)
+    tres_per_job: str = ""  # --gpus=N (gres:gpu:N)
+    tasks: int = 1  # a pending job array's record stands for this many tasks still to start
 
     def gres_by_node(self):
         """[(node name, [GresItem])] of a running job: gres_detail lists one entry per node."""
@@ -127,6 +130,22 @@ class QueueJob:
     def shard_gpu_indices(self):
         """Indices of the GPUs whose shards the job holds (IDX in 22.05, positions later)."""
         return tuple(sorted({i for g in self.gres_allocated if g.name == "shard" for i in held_indices(g)}))
+
+
+def array_task_count(task_string, max_running=0):
+    """How many tasks a pending array record stands for: ``0-3%2`` -> 2 at once, ``1,5-9:2`` -> 4."""
+    text, _, limit = (task_string or "").partition("%")
+    count = 0
+    for part in text.split(","):
+        span, _, step = part.strip().partition(":")
+        low, _, high = span.partition("-")
+        try:
+            low_i, high_i, step_i = int(low), int(high or low), int(step or 1)
+        except ValueError:
+            continue
+        count += max(0, (high_i - low_i) // max(step_i, 1) + 1)
+    limits = [int(x) for x in (limit, max_running) if str(x).isdigit() and int(x) > 0]
+    return max(1, min([count or 1] + limits))
 
 
 def parse_squeue(text):
@@ -161,6 +180,10 @@ def jobs_from_doc(doc):
             end_time=whole(record.get("end_time")) or 0,
             time_limit=whole(record.get("time_limit")) or 0,  # 0: unset or infinite
             gres_detail=tuple(record.get("gres_detail") or ()),
+            node_count=whole(record.get("node_count")) or 1,
+            tres_per_job=record.get("tres_per_job") or "",
+            tasks=array_task_count(record.get("array_task_string"), whole(record.get("array_max_tasks")) or 0)
+            if record.get("array_task_string") else 1,
         ))
     return jobs
 
