@@ -3,8 +3,9 @@
 Per version: ``horus local-cluster up`` (4 nodes x 4 GPUs, horusd, slurmdbd), eight GPU jobs of known
 classes submitted with plain ``sbatch --gres=gpu:1 --time=..``; each must get a horus decision (a
 ``horus:`` token with ``gpus=`` in its admin comment, read back by squeue) and complete; then
-``horus ingest`` must store all eight with their time limits and the batch steps' start and end (no
-NULL where Slurm 22.05 gives a value). Also: the submit-path cost job_submit.lua logs per job, how
+``horus ingest`` (into horusd's history database, where the decisions are) must store all eight with
+their time limits, the batch steps' start and end (no NULL where Slurm 22.05 gives a value), their
+verified ``horus:`` decision and the GPU it names. Also: the submit-path cost job_submit.lua logs per job, how
 long a horusd refresh takes (median of 20 reads of squeue + nodes through slurm.queries.SlurmSource,
 which is what horusd runs), and the cost of one Slurm command run through a chroot wrapper.
 
@@ -19,7 +20,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 from slurm_horus.localcluster import LocalCluster
@@ -69,27 +69,26 @@ def one_version(slurm):
         out["refresh_ms_median"] = median_ms(timed(lambda: (source.jobs(), source.nodes()), 20))
         out["nodes_from"] = " ".join(source.nodes_argv)
         out["squeue_json_ms_median"] = median_ms(timed(lambda: cluster.run(["squeue", "--json"]), 20))
-        # accounting: wait until slurmdbd has every end record, then ingest into a fresh history DB
+        # accounting: wait until slurmdbd has every end record, then ingest into horusd's own history
+        # database: a horus: token is believed only where its decision is recorded there
         deadline = time.monotonic() + 60
         while not all(j.end_time for j in cluster.accounting(jobs)) and time.monotonic() < deadline:
             time.sleep(1)
-        with tempfile.TemporaryDirectory() as tmp:
-            db_path = os.path.join(tmp, "horus.db")
-            env = dict(cluster.env, HORUS_DB=db_path)
-            env.pop("HORUS_CONFIG", None)
-            result = subprocess.run([sys.executable, "-m", "slurm_horus", "ingest", "--json", "--since", "2000-01-01"],
-                                    env=env, capture_output=True, text=True, timeout=300)
-            out["ingest"] = json.loads(result.stdout) if result.returncode == 0 else result.stderr.strip()
-            db = open_db(db_path)
-            marks = ",".join("?" * len(jobs))
-            rows = list(db.execute(f"SELECT job_id, time_limit_min, start_time, end_time, gpu_indices, horus_id "
-                                   f"FROM jobs WHERE job_id IN ({marks})", jobs))
-            steps = list(db.execute(f"SELECT job_id, step_id, start_time, end_time FROM steps "
-                                    f"WHERE job_id IN ({marks})", jobs))
+        env = dict(cluster.env, HORUS_CONFIG=str(cluster.horus_config))
+        result = subprocess.run([sys.executable, "-m", "slurm_horus", "ingest", "--json", "--since", "2000-01-01"],
+                                env=env, capture_output=True, text=True, timeout=300)
+        out["ingest"] = json.loads(result.stdout) if result.returncode == 0 else result.stderr.strip()
+        db = open_db(cluster.root / "horus.db")
+        marks = ",".join("?" * len(jobs))
+        rows = list(db.execute(f"SELECT job_id, time_limit_min, start_time, end_time, gpu_indices, horus_id "
+                               f"FROM jobs WHERE job_id IN ({marks})", jobs))
+        steps = list(db.execute(f"SELECT job_id, step_id, start_time, end_time FROM steps "
+                                f"WHERE job_id IN ({marks})", jobs))
         out["ingested_jobs"] = len(rows)
         out["ingested_time_limits"] = sorted(r[1] for r in rows if r[1] is not None)
         out["ingested_jobs_with_null_times"] = sum(1 for r in rows if None in r[1:4])
         out["ingested_jobs_with_horus_id"] = sum(1 for r in rows if r[5])
+        out["ingested_jobs_with_gpu_indices"] = sum(1 for r in rows if r[4])
         out["ingested_steps"] = len(steps)
         out["ingested_steps_with_null_times"] = sum(1 for s in steps if None in s[2:])
     finally:
