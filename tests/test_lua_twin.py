@@ -116,6 +116,8 @@ REPLIES = [
     "ok=1;action=place;id=h-10;nodes=n2;tres=gres:shard:g1:1;age=1;partition=x;y",
     "ok=1;action=keep;id=h-11;tres=gres:shard:1;mode=kept;class=lm-bs20;lease=30",
     "ok=1;action=keep;id=h-12;tres=gres:gpu:2;mode=kept;class=unknown;lease=30",
+    "ok=1;action=keep;id=h-21;tres=gres/shard:1;mode=kept;class=lm-bs20;lease=30",
+    "ok=1;action=keep;id=h-22;tres=gres/gpu:2;mode=kept;class=unknown;lease=30",
     "ok=1;action=keep;id=h-13;tres=gres:gpu:g1:1;mode=kept;lease=30",
     "ok=1;action=keep;id=h-14;tres=gres:shard:g2:1;mode=kept;lease=30",
     "ok=1;action=keep;id=h-15;tres=gres:gpu:1;mode=kept;lease=0",
@@ -212,13 +214,14 @@ def test_apply_twin(lua, job, admin_comment):
 def test_parse_keep_refuses_what_horusd_could_not_move():
     conf = lua_twin.parse_config("")
     kept = [lua_twin.parse_reply(line, conf) for line in REPLIES if "action=keep" in line]
-    assert [why for _reply, why in kept] == [None, None, "bad kept tres", "bad kept tres", "bad lease", "bad lease",
-                                            "bad lease", "bad id"]
+    assert [why for _reply, why in kept] == [None, None, None, None, "bad kept tres", "bad kept tres", "bad lease",
+                                            "bad lease", "bad lease", "bad id"]
 
 
 @pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
-                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2, "admin_comment": "JS1:x"}])
-@pytest.mark.parametrize("tres", ["gres:shard:1", "gres:gpu:2"])
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2, "admin_comment": "JS1:x"},
+                                 {"tres_per_node": "gres/gpu:1"}, {"tres_per_task": "gres/gpu=1", "num_tasks": 2}])
+@pytest.mark.parametrize("tres", ["gres:shard:1", "gres:gpu:2", "gres/shard:1"])
 def test_keep_twin(lua, job, tres):
     horus = lua.globals().HORUS
     reply = {"id": "h-20", "tres": tres, "mode": "kept", "class": "lm-bs20", "lease": "30"}
@@ -228,7 +231,9 @@ def test_keep_twin(lua, job, tres):
     py_token = lua_twin.keep(py_job, reply, NOW)
     assert lua_token == py_token == "horus:h-20 mode=kept class=lm-bs20"
     assert normalize(from_lua(lua_job)) == normalize(py_job)
-    assert py_job["begin_time"] == NOW + 30 and py_job["tres_per_node"] == tres
+    # kept in the spelling of the Slurm the job came from, whatever horusd sent (24.11 refuses "gres:")
+    prefix = "gres/" if "gres/" in str(job) else "gres:"
+    assert py_job["begin_time"] == NOW + 30 and py_job["tres_per_node"] == prefix + tres[len("gres:"):]
     assert not py_job.get("tres_per_job") and not py_job.get("tres_per_task")
     assert parse_horus_tokens(py_job["admin_comment"]) == ("h-20", {"mode": "kept", "class": "lm-bs20"})
 
