@@ -134,6 +134,11 @@ class SystemSlurm:
     def env(self, env):
         return env
 
+    def as_user(self, argv, user):
+        """(argv, subprocess keywords) that run a Slurm client ``argv`` as ``user`` (a passwd entry);
+        the caller is root."""
+        return [str(a) for a in argv], {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
     def prepare(self, echo=None):
         return self
 
@@ -192,6 +197,37 @@ class ChrootSlurm:
         env = dict(env)
         env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', os.defpath)}"
         return env
+
+    def as_user(self, argv, user, cwd="/tmp"):
+        """(argv, subprocess keywords) that run a Slurm client ``argv`` as ``user`` (a passwd entry).
+
+        Only root may chroot, so the client wrappers work for root alone; root runs ``chroot
+        --userspec`` instead, which enters the chroot and then becomes the user. The user must exist
+        inside too (slurmctld and slurmd resolve uids there): its passwd and group lines are copied in."""
+        self._add_user(user)
+        chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+        return [chroot, f"--userspec={user.pw_uid}:{user.pw_gid}", f"--groups={user.pw_gid}", str(self.root),
+                "/usr/bin/env", "-C", cwd] + [str(a) for a in argv], {}
+
+    def _add_user(self, user):
+        import grp
+
+        entries = ((self.host_path("/etc/passwd"), user.pw_name, ":".join(
+                       [user.pw_name, "x", str(user.pw_uid), str(user.pw_gid), user.pw_gecos, user.pw_dir,
+                        user.pw_shell])),
+                   (self.host_path("/etc/group"), None, None))
+        try:
+            group = grp.getgrgid(user.pw_gid)
+            entries = (entries[0], (entries[1][0], group.gr_name, f"{group.gr_name}:x:{group.gr_gid}:"))
+        except KeyError:
+            entries = entries[:1]
+        with self._locked():
+            for path, name, line in entries:
+                if name is None:
+                    continue
+                text = path.read_text() if path.exists() else ""
+                if not any(existing.split(":", 1)[0] == name for existing in text.splitlines()):
+                    path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + line + "\n")
 
     # ---- building --------------------------------------------------------------------------------
     def built(self):

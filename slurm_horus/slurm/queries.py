@@ -10,6 +10,11 @@ from .runner import run_slurm
 from .version import SlurmVersion
 
 SINFO = ("sinfo", "--json")
+# 22.05's squeue --json lists every job slurmctld still holds, finished ones too (for MinJobAge);
+# 24.11 and later list only pending and running ones unless asked for all states. horusd needs the
+# finished ones: a placed job that ended between two refreshes ends its ledger entry by its token.
+# 22.05 gives the same output with the option as without (checked on 22.05.8).
+SQUEUE = ("squeue", "--json", "--states=all")
 SCONTROL_NODES = ("scontrol", "--json", "show", "nodes")
 
 
@@ -43,8 +48,8 @@ class SlurmSource:
         return nodes_from_doc(doc, self.nodes_argv[0])
 
     def jobs(self):
-        """[QueueJob] of the jobs slurmctld lists (pending, running, completing)."""
-        return jobs_from_doc(self._document(("squeue", "--json"), "jobs"))
+        """[QueueJob] of every job slurmctld holds (pending, running, and finished within MinJobAge)."""
+        return jobs_from_doc(self._document(SQUEUE, "jobs"))
 
 
 def sinfo(slurm_conf=None, timeout=10.0, env=None):
