@@ -104,8 +104,9 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
                                    partner=f"b2{tag}", cls="alpha"),
             "beta_shared": submit(cluster, tmp_path, f"b2{tag}", "n2", "shard:g2:1", 5, 35,
                                   partner=f"a2{tag}", cls="beta"),
-            # holds GPUs 1 and 3 of n3, computes nothing on them
-            "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 3, 0),
+            # holds GPUs 1 and 3 of n3, computes nothing on them; long enough for the 3 samples the
+            # idle flag needs (the collectors sampled every ~2 s on a loaded machine)
+            "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 7, 0),
             "failed": submit(cluster, tmp_path, f"fa{tag}", "n4", "gpu:g0:1", 1, 50, exit_code=3),
         }
         states = cluster.wait_jobs(list(jobs.values()), timeout=90)
