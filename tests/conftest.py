@@ -22,7 +22,7 @@ from slurm_horus.localcluster.chroot import slurm_install
 def pytest_configure(config):
     install = slurm_install()
     if install.bin_dir is not None:
-        install.prepare()  # builds the chroot the first time (about a minute)
+        install.prepare()  # builds the chroot the first time (1-3 minutes)
         os.environ.update(install.env({"PATH": os.environ.get("PATH", os.defpath)}))
 
 

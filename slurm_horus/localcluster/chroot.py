@@ -266,7 +266,7 @@ class ChrootSlurm:
                               "apt-get install -y --no-install-recommends mmdebstrap")
         if echo:
             echo(f"building the Slurm {release.slurm} chroot (Debian {release.suite}) in {self.root}; "
-                 "about a minute, once")
+                 "1-3 minutes, once")
         started = time.monotonic()
         staging = Path(tempfile.mkdtemp(prefix="root.", dir=self.home))
         try:
