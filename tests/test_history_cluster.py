@@ -105,8 +105,9 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
             "beta_shared": submit(cluster, tmp_path, f"b2{tag}", "n2", "shard:g2:1", 5, 35,
                                   partner=f"a2{tag}", cls="beta"),
             # holds GPUs 1 and 3 of n3, computes nothing on them; long enough for the 3 samples the
-            # idle flag needs (the collectors sampled every ~2 s on a loaded machine)
-            "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 7, 0),
+            # idle flag needs (the collectors sampled every ~2 s on a loaded machine, and saw a job's second
+            # GPU a sample late)
+            "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 12, 0),
             "failed": submit(cluster, tmp_path, f"fa{tag}", "n4", "gpu:g0:1", 1, 50, exit_code=3),
         }
         states = cluster.wait_jobs(list(jobs.values()), timeout=90)
