@@ -127,6 +127,7 @@ class FragmentationModel:
             self._count = np.zeros((n_nodes, n_shapes), dtype=np.int64)
             self._lt = np.zeros((n_nodes, n_shapes))
             self._total = np.zeros(n_nodes)
+            self._node_frag = np.zeros(n_nodes)  # F_n as last refreshed
             self._seen = np.full(n_nodes, -1, dtype=np.int64)
         stale = np.flatnonzero(self._seen != state.node_version)
         if len(stale):
@@ -140,6 +141,9 @@ class FragmentationModel:
         self._count[nodes] = ge.sum(axis=1)
         self._lt[nodes] = ((left * milli)[:, :, None] * ~ge).sum(axis=1)
         self._total[nodes] = (left * milli).sum(axis=1)
+        if len(self._p):
+            self._node_frag[nodes] = self._frag(nodes, self._count[nodes], self._lt[nodes], self._total[nodes],
+                                                self._cpu_left(state, nodes))
         self._seen[nodes] = state.node_version[nodes]
 
     def _gpu_arrays(self, state, nodes):
@@ -170,7 +174,7 @@ class FragmentationModel:
         nodes = np.arange(len(state.nodes))
         if not len(self._p):
             return np.zeros(len(nodes))
-        return self._frag(nodes, self._count, self._lt, self._total, self._cpu_left(state, nodes))
+        return self._node_frag.copy()
 
     def total(self, state: ClusterState) -> float:
         return float(self.node_fragmentation(state).sum())
@@ -192,8 +196,7 @@ class FragmentationModel:
         lt = self._lt[nodes] - np.where(ge0, 0.0, left * milli) + np.where(ge1, 0.0, after * milli)
         total = self._total[nodes] - u * milli[:, 0]
         cpu_left = self._cpu_left(state, nodes)
-        before = self._frag(nodes, self._count[nodes], self._lt[nodes], self._total[nodes], cpu_left)
-        return self._frag(nodes, count, lt, total, cpu_left - req.cpu_milli) - before
+        return self._frag(nodes, count, lt, total, cpu_left - req.cpu_milli) - self._node_frag[nodes]
 
     def delta_nodes(self, state: ClusterState, req: JobRequest, nodes: np.ndarray) -> np.ndarray:
         """The increase of F when ``req`` (whole GPUs, or CPU only) takes ``gpus_per_node`` free GPUs
@@ -203,7 +206,7 @@ class FragmentationModel:
             return np.zeros(len(nodes))
         k = int(req.gpus_per_node) if req.n_gpus else 0
         cpu_left = self._cpu_left(state, nodes)
-        before = self._frag(nodes, self._count[nodes], self._lt[nodes], self._total[nodes], cpu_left)
+        before = self._node_frag[nodes]
         # a free GPU had room for every shape (units <= cap) and has none once taken
         count = self._count[nodes] - k * (self._s_units[None, :] >= 0)
         total = self._total[nodes] - 1000.0 * k

@@ -91,8 +91,9 @@ class FragmentationAware(Policy):
 
 def _sigmoid_score(delta, quantize):
     """FGD's plugin score: sigmoid of the fragmentation decrease (per 1000 milli-GPU) × 100, an integer."""
-    value = 100.0 / (1.0 + np.exp(np.clip(delta / 1000.0, -50, 50)))
-    return np.floor(value) if quantize else -delta
+    if not quantize:
+        return -delta
+    return np.floor(100.0 / (1.0 + np.exp(np.clip(delta / 1000.0, -50, 50))))
 
 
 class FGD(FragmentationAware):
