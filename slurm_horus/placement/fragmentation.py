@@ -92,7 +92,7 @@ class FragmentationModel:
     def observe(self, req: JobRequest):
         self.counts[shape_of(req)] += 1
         total = sum(self.counts.values())
-        if self._typical is not None and total >= 1.5 * max(self._typical_at, 1.0):
+        if self._typical is not None and (not self._typical or total >= 1.5 * max(self._typical_at, 1.0)):
             self._typical = None
 
     @property

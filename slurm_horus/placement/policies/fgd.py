@@ -73,9 +73,11 @@ class FragmentationAware(Policy):
         best = score.max()
         return np.where(score == best, best + self.rng.random(len(score)) * 1e-9, score)
 
-    def decide(self, state, req, ctx=None, explain=False):
+    def running_job(self, req, decision, now):
+        # the workload fragmentation is measured against: the requests that ran (a decision may be
+        # asked and not applied: a dry run, an offer, a job that waits)
         self.fragmentation.observe(req)
-        return super().decide(state, req, ctx, explain)
+        return super().running_job(req, decision, now)
 
     # helpers over the feasible GPUs of a cycle
     @staticmethod

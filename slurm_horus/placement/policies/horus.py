@@ -68,9 +68,11 @@ class Horus(Policy):
         super().__init__(pairs, **options)
         self.fragmentation = fragmentation if fragmentation is not None else FragmentationModel()
 
-    def decide(self, state, req, ctx=None, explain=False):
+    def running_job(self, req, decision, now):
+        # the workload fragmentation is measured against: the requests that ran (a decision may be
+        # asked and not applied: a dry run, an offer, a job that waits)
         self.fragmentation.observe(req)
-        return super().decide(state, req, ctx, explain)
+        return super().running_job(req, decision, now)
 
     def score_cpu_nodes(self, state, req, nodes):
         return -self.fragmentation.delta_nodes(state, req, nodes)
