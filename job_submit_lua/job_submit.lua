@@ -293,8 +293,17 @@ function horus.find_offer(text, job_class, now, conf, spent, awaiting)
   return nil, "no offer for " .. job_class
 end
 
+-- When this script stops waiting for horusd's answer (wall-clock seconds, as horusd's time.time()):
+-- horusd decides nothing for a request it reads later (the job went to Slurm unchanged). nil
+-- without lua-socket (then nothing is asked anyway).
+function horus.give_up_at(conf)
+  local ok, socket = pcall(require, "socket")
+  if not ok or type(socket) ~= "table" or type(socket.gettime) ~= "function" then return nil end
+  return socket.gettime() + conf.timeout_ms / 1000
+end
+
 -- The request line sent to horusd (JSON; reply asked for as key=value, which Lua parses cheaply).
-function horus.build_request(job, submit_uid, request, env)
+function horus.build_request(job, submit_uid, request, env, give_up_at)
   env = env or job_environment(job)
   local hints = {}
   for _, name in ipairs(HINT_NAMES) do hints[name] = env_value(env, name) end
@@ -317,6 +326,7 @@ function horus.build_request(job, submit_uid, request, env)
     hints = hints,
     keep = true, -- this script can keep the job for horusd's queue (horus.keep)
     held = job.priority == 0, -- sbatch -H: it waits for its user, not for GPUs
+    give_up_at = give_up_at,
   }
   return json_value(message)
 end
@@ -614,7 +624,8 @@ function horus.submit(job, submit_uid)
   local claimed = env_value(env, "HORUS_DECISION")
   if claimed then
     if not string.match(claimed, "^[%w%-_]+$") then return "skip: malformed HORUS_DECISION" end
-    local raw, err = horus.ask(conf, json_value({ op = "confirm", reply = "kv", id = claimed, uid = submit_uid }))
+    local raw, err = horus.ask(conf, json_value({ op = "confirm", reply = "kv", id = claimed, uid = submit_uid,
+      give_up_at = horus.give_up_at(conf) }))
     if not raw then return "unchanged: horusd " .. tostring(err) end
     local reply, why = horus.parse_confirm(raw, claimed)
     if not reply then return "unchanged: " .. tostring(why) end
@@ -626,7 +637,7 @@ function horus.submit(job, submit_uid)
     local offered = horus.take_offer(job, submit_uid, env, conf)
     if offered then return offered end
   end
-  local line = horus.build_request(job, submit_uid, request, env)
+  local line = horus.build_request(job, submit_uid, request, env, horus.give_up_at(conf))
   local raw, ask_err = horus.ask(conf, line)
   if not raw then return "unchanged: horusd " .. tostring(ask_err) end
   local reply, parse_err = horus.parse_reply(raw, conf)

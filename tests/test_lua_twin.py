@@ -236,6 +236,11 @@ def test_build_request_is_json_with_the_request(lua):
     assert message["keep"] is True and message["held"] is False  # the script can keep the job
     held = json.loads(horus.build_request(to_lua(lua, dict(job, priority=0)), 1000, to_lua(lua, request)))
     assert held["held"] is True  # sbatch -H
+    assert "give_up_at" not in message
+    # no lua-socket here (test_lua_socket.py reads its clock in the real Lua 5.1)
+    assert horus.give_up_at(horus.parse_config("")) is None
+    timed = json.loads(horus.build_request(to_lua(lua, job), 1000, to_lua(lua, request), None, 1795000000.25))
+    assert timed["give_up_at"] == 1795000000.25
 
 
 def test_encode_kv_reply_round_trips_through_lua(lua):
