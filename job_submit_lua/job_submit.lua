@@ -352,6 +352,8 @@ local function check_token_fields(reply)
   if reply.mode and not string.match(reply.mode, "^[%a]+$") then return "bad mode" end
   if reply.slowdown and not string.match(reply.slowdown, "^%d+%.?%d*$") then return "bad slowdown" end
   if reply.gpulist and not string.match(reply.gpulist, "^[%w%-%.:+,]+$") then return "bad gpulist" end
+  if reply.micro_batch and not string.match(reply.micro_batch, "^%d+$") then return "bad micro_batch" end
+  if reply.grad_accum and not string.match(reply.grad_accum, "^%d+$") then return "bad grad_accum" end
   return nil
 end
 
@@ -416,18 +418,35 @@ end
 -- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
 -- admin_comment token (appended, never overwritten: jobstats keeps its JS1: summary there; users
 -- cannot set admin_comment, so the token cannot be forged).
+-- SJF-BSBF's sub-batching (the pair fits in memory with a smaller per-step batch, gradients
+-- accumulated): the job reads HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM from its environment
+-- (docs/horus-sbatch.md). job_submit/lua sets a job's environment variable through
+-- job_desc.environment (Slurm's _set_job_env_field).
+local function set_sub_batching(job, reply)
+  if not reply.micro_batch then return end
+  local env = job.environment
+  if env == nil then return end
+  env.HORUS_MICRO_BATCH = reply.micro_batch
+  env.HORUS_GRAD_ACCUM = reply.grad_accum or "1"
+end
+
 function horus.apply(job, reply)
   job.req_nodes = reply.nodes
   set_tres_per_node(job, reply.tres)
   if reply.partition and reply.partition ~= "" then job.partition = reply.partition end
+  set_sub_batching(job, reply)
   return horus.append_token(job, reply)
 end
 
--- horus:<id> mode=.. slowdown=.. class=.. [gpus=node:i+j] (slurm_horus/tokens.py reads it back)
+-- horus:<id> mode=.. slowdown=.. class=.. [gpus=node:i+j] [micro_batch=m grad_accum=k]
+-- (slurm_horus/tokens.py reads it back)
 function horus.append_token(job, reply)
   local token = "horus:" .. reply.id .. " mode=" .. (reply.mode or "exclusive") .. " slowdown="
     .. (reply.slowdown or "1.00") .. " class=" .. (reply.class or "unknown")
   if reply.gpulist and reply.gpulist ~= "" then token = token .. " gpus=" .. reply.gpulist end
+  if reply.micro_batch then
+    token = token .. " micro_batch=" .. reply.micro_batch .. " grad_accum=" .. (reply.grad_accum or "1")
+  end
   return add_token(job, token)
 end
 
