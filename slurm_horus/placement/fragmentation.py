@@ -220,6 +220,10 @@ class FragmentationModel:
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             return self.delta_gpus(state, req, gpus[first])[inverse]
         node_of = state.gpu_node[gpus]
+        if len(node_of) and (np.diff(node_of) >= 0).all():  # GPU ids come node by node: no sort needed
+            starts = np.flatnonzero(np.r_[True, node_of[1:] != node_of[:-1]])
+            inverse = np.cumsum(np.r_[False, node_of[1:] != node_of[:-1]])
+            return self.delta_nodes(state, req, node_of[starts])[inverse]
         uniq, inverse = np.unique(node_of, return_inverse=True)
         return self.delta_nodes(state, req, uniq)[inverse]
 

@@ -158,6 +158,8 @@ class ClusterState:
         self.node_cpu_used = np.zeros(len(self.nodes))
         self.node_mem_used = np.zeros(len(self.nodes))
         self.node_version = np.zeros(len(self.nodes), dtype=np.int64)  # bumped by place/release
+        self.version = 0  # bumped by every place/release (caches of derived arrays key on it)
+        self._left, self._left_version = None, -1
         self.gpu_jobs: List[List[str]] = [[] for _ in range(n)]
         self.partition_mask = {}
         for p in self.partition_names:
@@ -249,6 +251,7 @@ class ClusterState:
         return [job.node] if job.node >= 0 else []
 
     def _charge(self, job: RunningJob, sign: int):
+        self.version += 1
         for g in job.gpus:
             units = self.units_of(job, g)
             self.gpu_used[g] += sign * units
@@ -260,8 +263,12 @@ class ClusterState:
             self.node_version[k] += 1
 
     def gpu_left(self) -> np.ndarray:
-        """Units a fractional job could still take on each GPU (0 where a time-shared job runs)."""
-        return np.where(self.gpu_nplain > 0, 0, self.gpu_cap - self.gpu_used)
+        """Units a fractional job could still take on each GPU (0 where a time-shared job runs).
+        Cached until the next place/release: read it, never write to it."""
+        if self._left_version != self.version:
+            self._left = np.where(self.gpu_nplain > 0, 0, self.gpu_cap - self.gpu_used)
+            self._left_version = self.version
+        return self._left
 
     def node_room(self, cpu_milli: float, memory_mib: float) -> np.ndarray:
         """Per node: whether ``cpu_milli`` and ``memory_mib`` more fit (an unknown total always fits)."""
