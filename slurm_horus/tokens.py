@@ -3,7 +3,7 @@
 job_submit.lua appends, separated by a space (never overwriting: jobstats keeps its ``JS1:``
 summary there)::
 
-    horus:<decision id> mode=<shared|shareable|exclusive> slowdown=<predicted> class=<job class> [gpus=<node>:<i>+<j>,...]
+    horus:<decision id> mode=<shared|shareable|exclusive|fraction> slowdown=<predicted> class=<job class> [gpus=<node>:<i>+<j>,...]
 
 ``gpus=`` is there for shard jobs, whose GPU index sacct does not record. A job horusd keeps for its
 queue carries ``horus:<decision id> mode=kept class=<job class>`` until horusd places it, and then
@@ -17,18 +17,31 @@ import re
 
 _TOKEN = re.compile(r"(?:^|[\s,])horus:(\S*)")
 KEPT_MODE = "kept"
+FRACTION_MODE = "fraction"  # a job asking shards, placed on one GPU by capacity (issue 21)
 
 
-def format_token(decision_id, mode, job_class, slowdown=None, gpulist=""):
+def format_token(decision_id, mode, job_class, slowdown=None, gpulist="", micro_batch=None, grad_accum=None):
     """The token as job_submit.lua writes it (``horus.append_token``; ``slowdown`` as the reply's
-    ``%.3f``); a kept job's token has no slowdown and no GPUs."""
+    ``%.3f``); a kept job's token has no slowdown and no GPUs. ``micro_batch``/``grad_accum``:
+    SJF-BSBF's sub-batching (the job's HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM; :func:`sub_batching`)."""
     token = f"horus:{decision_id} mode={mode}"
     if slowdown is not None:
         token += f" slowdown={slowdown:.3f}" if isinstance(slowdown, float) else f" slowdown={slowdown}"
     token += f" class={job_class}"
     if gpulist:
         token += f" gpus={gpulist}"
+    if micro_batch:
+        token += f" micro_batch={micro_batch} grad_accum={grad_accum or 1}"
     return token
+
+
+def sub_batching(fields):
+    """(micro_batch, grad_accum) of a token's fields (:func:`parse_horus_tokens`), or None when the
+    decision runs the job as submitted (or the fields are not plain positive numbers)."""
+    micro, accum = fields.get("micro_batch", ""), fields.get("grad_accum", "1")
+    if not (micro.isdigit() and accum.isdigit()) or int(micro) < 1 or int(accum) < 1:
+        return None
+    return int(micro), int(accum)
 
 
 def replace_token(admin_comment, decision_id, token):

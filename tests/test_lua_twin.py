@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from slurm_horus.resources import resource_path
 from slurm_horus.service import lua_twin
-from slurm_horus.tokens import parse_horus_tokens
+from slurm_horus.tokens import parse_horus_tokens, sub_batching
 
 lupa51 = pytest.importorskip("lupa.lua51")
 
@@ -129,6 +129,9 @@ REPLIES = [
     "garbage",
     "",
     ";;ok=1;action=unchanged",
+    "ok=1;action=place;id=h-19;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=64;grad_accum=2",
+    "ok=1;action=place;id=h-20;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=6$(x);grad_accum=2",
+    "ok=1;action=place;id=h-21;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=64;grad_accum=-1",
 ]
 
 
@@ -175,6 +178,9 @@ def test_parse_reply_twin(lua, line):
 
 def test_parse_reply_refuses_unsafe_and_stale():
     conf = lua_twin.parse_config("")
+    assert lua_twin.parse_reply(REPLIES[-3], conf)[0]["micro_batch"] == "64"
+    assert lua_twin.parse_reply(REPLIES[-2], conf) == (None, "bad micro_batch")
+    assert lua_twin.parse_reply(REPLIES[-1], conf) == (None, "bad grad_accum")
     assert lua_twin.parse_reply(REPLIES[0], conf)[0]["nodes"] == "n3"
     assert lua_twin.parse_reply(REPLIES[2], conf) == (None, "stale state")
     assert lua_twin.parse_reply(REPLIES[4], conf) == (None, "bad nodes")
@@ -252,6 +258,41 @@ def test_build_request_is_json_with_the_request(lua):
     assert message["keep"] is True and message["held"] is False  # the script can keep the job
     held = json.loads(horus.build_request(to_lua(lua, dict(job, priority=0)), 1000, to_lua(lua, request)))
     assert held["held"] is True  # sbatch -H
+    assert "give_up_at" not in message
+    # no lua-socket here (test_lua_socket.py reads its clock in the real Lua 5.1)
+    assert horus.give_up_at(horus.parse_config("")) is None
+    timed = json.loads(horus.build_request(to_lua(lua, job), 1000, to_lua(lua, request), None, 1795000000.25))
+    assert timed["give_up_at"] == 1795000000.25
+
+
+def test_a_shard_job_is_sent_with_its_shards_and_never_kept(lua):
+    """--gres=shard:3 is 3 shards of one GPU: horusd places it by capacity; the Lua never keeps it
+    (the movable kept shape gres:shard:1 would change what it asks), and it takes no offer."""
+    horus = lua.globals().HORUS
+    job = {"tres_per_node": "gres:shard:3", "user_name": "alice", "min_nodes": NO_VAL}
+    ok, request = lua_twin.should_handle(job, lua_twin.parse_config(""))
+    assert ok and request["shards"] == 3 and request["gpus_per_node"] == 1
+    message = json.loads(horus.build_request(to_lua(lua, job), 1000, to_lua(lua, request)))
+    assert message["shards"] == 3 and message["gpus_per_node"] == 1 and message["keep"] is False
+    from slurm_horus.service.protocol import parse_request
+    assert parse_request(message).shards == 3 and not parse_request(message).problem
+    conf = lua_twin.parse_config("")
+    assert not lua_twin.offer_fits(job, request, conf)
+    assert not horus.offer_fits(to_lua(lua, job), to_lua(lua, request), horus.parse_config(""))
+    # typed shards name their GPU already, several nodes cannot hold one GPU's shards: left to Slurm
+    for other in ({"tres_per_node": "gres:shard:g2:3"}, {"tres_per_node": "gres:shard:3", "min_nodes": 2}):
+        assert lua_twin.gpu_request(other) == (None, None)
+        assert pair(horus.gpu_request(to_lua(lua, other))) == (None, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.builds(lambda n: f"gres:shard:{n}", st.integers(0, 9)),
+                          st.builds(lambda n: f"gres/shard={n}", st.integers(0, 9)),
+                          st.sampled_from(["shard", "gres:shard:g1:2", "gres:gpu:1", "shard:x", "shard:"]),
+                          st.text(alphabet="shardgpu:/=,0123456789 ", max_size=16)), max_size=3).map(",".join))
+def test_count_shards_twin_property(lua, tres):
+    from slurm_horus.service.protocol import shard_count
+    assert lua.globals().HORUS.count_shards(tres) == lua_twin.count_shards(tres) == shard_count(tres)
 
 
 def test_encode_kv_reply_round_trips_through_lua(lua):
@@ -318,6 +359,10 @@ def test_horusd_reads_gpu_counts_as_the_lua_does(lua, tres, field, nodes, tasks)
         assert counts is None or counts[0] == 0
     else:
         lua_request = from_lua(lua_request)
+        if lua_request.get("shards"):  # --gres=shard:N on one node: N shards of one GPU
+            from slurm_horus.service.protocol import shard_count
+            assert counts[0] == 0 and shard_count(job.get("tres_per_node")) == lua_request["shards"]
+            return
         assert counts == (lua_request["gpus_per_node"], lua_request["nodes"], lua_request.get("gpu_type"))
 
 
@@ -599,3 +644,24 @@ def test_breaker_means_what_it_says():
     lua_twin.breaker_after(breaker, False, 16.1, conf)  # a refused connection costs nothing: no count
     lua_twin.breaker_after(breaker, True, 16.2, conf)
     assert lua_twin.breaker_allows(breaker, 16.3)[0]
+
+
+def test_apply_twin_sub_batching_reaches_the_environment(lua):
+    """SJF-BSBF's sub-batching: job_submit.lua sets HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM through
+    job_desc.environment (slurmctld's setter for the job's environment) and the token says it."""
+    horus = lua.globals().HORUS
+    job = {"tres_per_node": "gres:gpu:1", "environment": {"PATH": "/usr/bin"}}
+    reply = {"id": "h-9", "nodes": "n1", "tres": "gres:shard:g0:1", "mode": "shared", "slowdown": "1.300",
+             "class": "resnet50-bs128", "gpulist": "n1:0", "micro_batch": "64", "grad_accum": "2"}
+    lua_job = to_lua(lua, {**job, "environment": to_lua(lua, job["environment"])})
+    lua_token = horus.apply(lua_job, to_lua(lua, reply))
+    py_job = {**job, "environment": dict(job["environment"])}
+    assert lua_token == lua_twin.apply(py_job, reply)
+    assert normalize(from_lua(lua_job)) == normalize(py_job)
+    assert py_job["environment"] == {"PATH": "/usr/bin", "HORUS_MICRO_BATCH": "64", "HORUS_GRAD_ACCUM": "2"}
+    _decision, fields = parse_horus_tokens(py_job["admin_comment"])
+    assert sub_batching(fields) == (64, 2)
+    plain = {"id": "h-9", "nodes": "n1", "tres": "gres:gpu:g0:1"}
+    untouched = {**job, "environment": dict(job["environment"])}
+    lua_twin.apply(untouched, plain)
+    assert untouched["environment"] == {"PATH": "/usr/bin"} and sub_batching(parse_horus_tokens(untouched["admin_comment"])[1]) is None

@@ -45,13 +45,17 @@ def local_cluster():
 @click.option("--slurm", type=click.Choice([SYSTEM, *RELEASES]), default=default_slurm, show_default=LOCAL_SLURM_VAR
               + " or system",
               help="which Slurm: the system's, or 24.11 (Debian trixie) / 26.05 (sid) from a chroot built once")
+@click.option("--shards-per-gpu", default=2, show_default=True, type=click.IntRange(1, 128),
+              help="gres.conf Count= of each GPU's shard line")
 @click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
-def up(directory, nodes, gpus, with_dbd, horus, binding, policy, job_submit_lua, base_port, slurm, as_json):
+def up(directory, nodes, gpus, with_dbd, horus, binding, policy, job_submit_lua, base_port, slurm, shards_per_gpu,
+       as_json):
     """Start the cluster; its daemons keep running after this command exits."""
     install = slurm_install(slurm).prepare(echo=lambda line: click.echo(line, err=True))
     cluster = LocalCluster(directory=directory, nodes=nodes, gpus=gpus, with_dbd=with_dbd,
                            job_submit_lua=job_submit_lua, base_port=base_port, horus=horus,
-                           horus_settings={"binding": binding, "policy": policy}, slurm=install)
+                           horus_settings={"binding": binding, "policy": policy}, slurm=install,
+                           shards_per_gpu=shards_per_gpu)
     cluster.up()
     if as_json:
         click.echo(json.dumps(cluster.status(), indent=2))

@@ -13,7 +13,8 @@ Request (client -> horusd); every field optional except ``op``::
      "job_class": "resnet50-bs64", "gpus_per_node": 1, "num_nodes": 1,
      "tres_per_node": "gres:gpu:2", "tres_per_job": "", "tres_per_task": "", "num_tasks": 1,
      "time_limit_min": 60, "hints": {"HORUS_MODEL": "resnet50", "HORUS_BATCH_SIZE": "64"},
-     "reply": "kv", "keep": true, "held": false, "explain": false, "dry_run": false}
+     "reply": "kv", "keep": true, "held": false, "explain": false, "dry_run": false,
+     "give_up_at": 1795000000.25}
 
 ``op`` is ``place`` (decide and record), ``confirm`` (is decision ``id`` ours and the caller's?),
 ``claim`` (job_submit.lua took offer ``id``: a notification, nothing is answered), ``left``
@@ -21,7 +22,9 @@ Request (client -> horusd); every field optional except ``op``::
 ``reload``. ``gpus_per_node``/``num_nodes`` are the counts job_submit.lua read; other clients may
 send the TRES strings instead. ``keep``: the client can keep the job for horusd's queue
 (job_submit.lua); ``held``: the job is held by its user (``sbatch -H``). ``reply: "kv"`` asks for
-the key=value form. ``dry_run`` decides without recording (horus-sbatch --dry-run / --explain).
+the key=value form. ``give_up_at``: when the client stops waiting (wall-clock seconds); a request
+horusd reads later is answered ``expired: past its deadline`` and nothing is decided or recorded
+(the job went to Slurm unchanged). ``dry_run`` decides without recording (horus-sbatch --dry-run / --explain).
 On the user socket horusd sets ``uid`` and ``user`` itself, from the peer's credentials, and
 answers only ``place`` (for the caller), ``confirm`` and ``ping``; ``claim`` and ``reload`` are
 controller-socket only.
@@ -70,7 +73,7 @@ MAX_DEPTH = 8  # nesting of a request's JSON (real ones: 2)
 
 _TEXT = ("op", "reply", "user", "partition", "job_name", "comment", "script_hash", "job_class", "tres_per_node",
          "tres_per_job", "tres_per_task", "req_nodes", "exc_nodes", "gpu_type", "id", "source", "peer")
-_WHOLE = ("uid", "num_nodes", "num_tasks", "gpus_per_node", "min_nodes")
+_WHOLE = ("uid", "num_nodes", "num_tasks", "gpus_per_node", "min_nodes", "shards")
 _FLAGS = ("explain", "dry_run", "offer", "keep", "held")
 FIELD_TYPES = {**{name: "text" for name in _TEXT}, **{name: "whole number" for name in _WHOLE},
                **{name: "true or false" for name in _FLAGS}, "time_limit_min": "number",
@@ -165,6 +168,7 @@ class Request:
     from_user: bool = False  # came on the user socket (horus-sbatch): uid from the peer's credentials
     opted_out: bool = False  # HORUS_OFF / horus=off: answered unchanged, never shared
     gpu_type: str = ""  # a GPU type the user asked for ("" = any): placed only among those GPUs
+    shards: int = 0  # --gres=shard:N: N shards of one GPU (a fraction of it), 0 = whole GPUs
     problem: str = ""
 
     @property
@@ -220,6 +224,19 @@ def gpu_counts(tres_per_node="", tres_per_job="", tres_per_task="", nodes=None, 
     return 0, nodes, None
 
 
+def shard_count(tres_per_node="") -> int:
+    """Untyped shards a job asks per node (``gres:shard:3``, ``gres/shard=3``), as job_submit.lua's
+    ``count_shards`` reads them (a typed shard names its GPU already: not counted)."""
+    total = 0
+    for item in (tres_per_node or "").split(","):
+        try:
+            parsed = parse_gres(re.sub(r"[=/]", ":", item.strip()))
+        except InputError:
+            continue
+        total += sum(p.count for p in parsed if p.name == "shard" and not p.type)
+    return total
+
+
 def parse_request(message: dict) -> Request:
     """The typed request of one decoded message (never raises: an unusable place request carries its
     ``problem``, an unknown op is kept for the caller to refuse)."""
@@ -252,12 +269,17 @@ def parse_request(message: dict) -> Request:
             per_node, nodes = _int_or_none(message["gpus_per_node"]), message.get("num_nodes")
             nodes = 1 if nodes is None else _int_or_none(nodes)
             gpu_type = message.get("gpu_type")
+            shards = _int_or_none(message.get("shards")) if message.get("shards") is not None else 0
             if per_node is None or nodes is None:
                 raise ValueError("bad gpus_per_node or num_nodes")
+            if shards is None:
+                raise ValueError("bad shards")
         else:
             per_node, nodes, gpu_type = gpu_counts(*(_text(message.get(k)) for k in
                                                      ("tres_per_node", "tres_per_job", "tres_per_task")),
                                                    message.get("num_nodes"), message.get("num_tasks"))
+            shards = shard_count(_text(message.get("tres_per_node"))) if per_node == 0 else 0
+            per_node = 1 if shards else per_node
         if gpu_type is not None and (not isinstance(gpu_type, str) or not SAFE_CLASS.match(gpu_type)):
             raise ValueError("bad gpu_type")
     except ValueError as exc:
@@ -266,7 +288,10 @@ def parse_request(message: dict) -> Request:
     if per_node < 1 or nodes < 1 or per_node > 1024 or nodes > 65536:
         request.problem = "no gpu requested"
         return request
-    request.gpus_per_node, request.nodes = per_node, nodes
+    if shards and (shards < 0 or shards > 1024 or per_node != 1 or nodes != 1):
+        request.problem = "shards are placed on one GPU of one node"
+        return request
+    request.gpus_per_node, request.nodes, request.shards = per_node, nodes, shards
     request.gpu_type = gpu_type.lower() if gpu_type else ""
     return request
 
@@ -394,6 +419,8 @@ def ask(request, address, timeout_s=0.1):
     receive together.
     """
     deadline = time.monotonic() + timeout_s
+    if "give_up_at" not in request:  # horusd decides nothing once the caller has stopped waiting
+        request = dict(request, give_up_at=time.time() + timeout_s)
     try:
         sock = _connect(address, timeout_s)
     except (OSError, ValueError):

@@ -47,9 +47,11 @@ class SlurmSource:
             doc = self._document(self.nodes_argv)
         return nodes_from_doc(doc, self.nodes_argv[0])
 
-    def jobs(self):
-        """[QueueJob] of every job slurmctld holds (pending, running, and finished within MinJobAge)."""
-        return jobs_from_doc(self._document(SQUEUE, "jobs"))
+    def jobs(self, job_ids=None):
+        """[QueueJob] of every job slurmctld holds (pending, running, and finished within MinJobAge);
+        only ``job_ids`` when given."""
+        argv = SQUEUE + (("--jobs", ",".join(str(j) for j in job_ids)) if job_ids else ())
+        return jobs_from_doc(self._document(argv, "jobs"))
 
 
 def sinfo(slurm_conf=None, timeout=10.0, env=None):
@@ -57,9 +59,9 @@ def sinfo(slurm_conf=None, timeout=10.0, env=None):
     return SlurmSource(slurm_conf, timeout, env).nodes()
 
 
-def squeue(slurm_conf=None, timeout=10.0, env=None):
-    """[QueueJob] of the jobs slurmctld lists (pending, running, completing)."""
-    return SlurmSource(slurm_conf, timeout, env).jobs()
+def squeue(slurm_conf=None, timeout=10.0, env=None, job_ids=None):
+    """[QueueJob] of the jobs slurmctld holds; only ``job_ids`` when given."""
+    return SlurmSource(slurm_conf, timeout, env).jobs(job_ids)
 
 
 def slurm_version(slurm_conf=None, timeout=10.0, env=None):
