@@ -72,6 +72,10 @@ class ClusterLayout:
     def gpu_device(self, node, index):
         return self.dev / node / f"nvidia{index}"
 
+    def node_munge_socket(self, node):
+        """The socket of the munged that stands for ``node``'s own (see ``horus.start_receiver``)."""
+        return self.munge / f"{node}.socket"
+
 
 def golden_cache_dir():
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -183,8 +187,17 @@ class LocalCluster:
     def horus_socket(self):
         return str(self.layout.run / "horusd.sock")
 
+    @property
+    def ship_to(self):
+        """URL of the cluster's sample receiver, or None when it runs none."""
+        port = self.ports.get("receiver")
+        return f"http://127.0.0.1:{port}" if port else None
+
     def export_line(self):
-        return f"export SLURM_CONF={self.slurm_conf}"
+        line = f"export SLURM_CONF={self.slurm_conf}"
+        if self.ship_to:
+            line += f" HORUS_SHIP_TO={self.ship_to}"
+        return line
 
     def node_names(self):
         return files.node_names(self.nodes)
@@ -339,11 +352,13 @@ class LocalCluster:
         self.install_job_submit(self.job_submit_lua)
 
     def _choose_ports(self):
-        count = 1 + self.nodes + (2 if self.with_dbd else 0)
+        count = 1 + self.nodes + (2 if self.with_dbd else 0) + (1 if self.horus else 0)
         ports = procs.pick_free_ports(count, start=self.base_port)
         self.ports = {"slurmctld": ports[0], "slurmd": ports[1:1 + self.nodes]}
         if self.with_dbd:
-            self.ports["slurmdbd"], self.ports["mariadb"] = ports[1 + self.nodes:]
+            self.ports["slurmdbd"], self.ports["mariadb"] = ports[1 + self.nodes:3 + self.nodes]
+        if self.horus:
+            self.ports["receiver"] = ports[-1]
 
     def _write_configs(self):
         layout = self.layout
@@ -358,7 +373,9 @@ class LocalCluster:
             os.chmod(dbd_conf, 0o600)  # slurmdbd refuses a readable file (it holds the DB password)
         if self.horus:
             # beside job_submit.lua, where the script looks first; horusd gets it via HORUS_CONFIG
-            horus_local.write_config(self.horus_config, layout, self.horus_settings)
+            settings = horus_local.receiver_settings(layout, self.ports["receiver"], self.node_names())
+            settings.update(self.horus_settings)
+            horus_local.write_config(self.horus_config, layout, settings)
 
     def _daemon_env(self):
         env = self.env
@@ -424,6 +441,7 @@ class LocalCluster:
         self._wait_nodes_idle(timeout)
         if self.horus:
             horus_local.start_horusd(self, timeout)
+            horus_local.start_receiver(self, timeout)
         self.timings["accounting_s"] = round(t_dbd - t0, 3)
         self.timings["slurm_s"] = round(time.monotonic() - t_dbd, 3)
 
@@ -586,7 +604,7 @@ class LocalCluster:
 
     def _stop_daemons(self):
         """Stop recorded daemons (nodes first, munged last) and every leftover job process."""
-        order = ["horusd", "slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"]
+        order = ["horusd", "receiver", "slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"]
         ranked = sorted(self.daemons, key=lambda d: order.index(d["name"].split("-")[0]))
         for rank_name in order:
             pids = [d["pid"] for d in ranked if d["name"].split("-")[0] == rank_name and self._daemon_alive(d)]

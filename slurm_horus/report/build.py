@@ -45,28 +45,31 @@ def _job_row(db, job_id):
 
 
 def _gpu_usage(db, job_id):
-    """Per (node, gpu) series and summary from job_gpu_use joined with the GPU's own sample."""
+    """Per (node, gpu): the summary from the rollup (all samples ever stored, pruned ones too) and the
+    series from the raw samples still kept (``raw_days``), each joined with the GPU's own sample."""
+    summary = db.execute(
+        "SELECT s.node, s.gpu_index, sum(s.samples), sum(s.sm_sum), sum(s.sm_n), max(s.sm_max), max(s.mem_max_mb), "
+        "sum(CASE WHEN s.shared THEN s.samples ELSE 0 END), max(g.mem_total_mb) "
+        "FROM job_gpu_summary s LEFT JOIN gpus g ON g.node = s.node AND g.gpu_index = s.gpu_index "
+        "WHERE s.job_id = ? GROUP BY s.node, s.gpu_index ORDER BY s.node, s.gpu_index", [job_id]).fetchall()
     rows = db.execute(
-        "SELECT u.node, u.gpu_index, u.ts, u.sm_util, u.mem_used_mb, u.shared, g.mem_total_mb, g.gpu_util "
+        "SELECT u.node, u.gpu_index, u.ts, u.sm_util, u.mem_used_mb, g.gpu_util "
         "FROM job_gpu_use u LEFT JOIN gpu_samples g "
         "ON g.node = u.node AND g.gpu_index = u.gpu_index AND g.ts = u.ts "
         "WHERE u.job_id = ? ORDER BY u.node, u.gpu_index, u.ts", [job_id]).fetchall()
     series = defaultdict(list)
-    for node, index, ts, sm, mem, shared, total, gpu_util in rows:
-        series[(node, index)].append((ts, sm, mem, shared, total, gpu_util))
+    for node, index, ts, sm, mem, gpu_util in rows:
+        series[(node, index)].append([ts, sm, mem, gpu_util])
     gpus = []
-    for (node, index), points in sorted(series.items()):
-        sms = [p[1] for p in points if p[1] is not None]
-        mems = [p[2] for p in points if p[2] is not None]
-        totals = [p[4] for p in points if p[4]]
+    for node, index, samples, sm_sum, sm_n, sm_max, mem_max, shared, total in summary:
         gpus.append({
-            "node": node, "gpu_index": index, "samples": len(points),
-            "mean_sm_util": round(sum(sms) / len(sms), 1) if sms else None,
-            "max_sm_util": max(sms) if sms else None,
-            "max_mem_mb": round(max(mems), 1) if mems else None,
-            "mem_total_mb": max(totals) if totals else None,
-            "shared_fraction": round(sum(p[3] for p in points) / len(points), 3),
-            "series": _downsample([[p[0], p[1], p[2], p[5]] for p in points]),
+            "node": node, "gpu_index": index, "samples": samples,
+            "mean_sm_util": round(sm_sum / sm_n, 1) if sm_n else None,
+            "max_sm_util": sm_max,
+            "max_mem_mb": round(mem_max, 1) if mem_max is not None else None,
+            "mem_total_mb": total or None,
+            "shared_fraction": round(shared / samples, 3) if samples else 0.0,
+            "series": _downsample(series.get((node, index), [])),
         })
     return gpus
 
@@ -170,7 +173,8 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None):
     column = GROUP_COLUMNS[by]
     fields = ("job_id", "start_time", "end_time", "nodes", "gpu_indices", "n_gpus", "shards", column)
     jobs = [j for j in jobs_since(db, since, until, fields=fields) if (j["n_gpus"] or j["shards"] or j["gpu_indices"])]
-    util = dict(db.execute("SELECT job_id, avg(sm_util) FROM job_gpu_use GROUP BY job_id").fetchall())
+    util = dict(db.execute("SELECT job_id, sum(sm_sum) / sum(sm_n) FROM job_gpu_summary WHERE last_ts >= ? "
+                           "GROUP BY job_id HAVING sum(sm_n) > 0", [(since or 0) - 86400]).fetchall())
     # sacct's per-GPU types already say where indexed jobs ran; samples are needed for the others.
     sampled = sampled_gpus(db, [j["job_id"] for j in jobs if not j["gpu_indices"]])
     # A GPU-second held together with one other job counts half for each (one GPU did two jobs' work).
@@ -205,26 +209,49 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None):
 
 def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
     """Utilization over time (``bucket_s`` buckets; default: about 120 over the sampled span, at least
-    a minute), sharing rate and model accuracy."""
+    a minute, whole hours past five days), sharing rate, model accuracy, and ``gpu_samples``: how many
+    GPU samples were stored (in the hours of [since, until]; pruned raw samples count too).
+
+    Whole-hour buckets are read from the ``cluster_hourly`` rollup (30 days at a thousand nodes are
+    720 rows instead of 2 billion); shorter ones from the raw samples."""
     now = int(now if now is not None else time.time())
-    clauses, args = [], []
+    hours, hour_args = [], []
     if since is not None:
-        clauses.append("ts >= ?")
-        args.append(since)
+        hours.append("hour >= ?")
+        hour_args.append(int(since) // 3600 * 3600)
     if until is not None:
-        clauses.append("ts <= ?")
-        args.append(until)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        hours.append("hour <= ?")
+        hour_args.append(int(until))
+    hour_where = f"WHERE {' AND '.join(hours)}" if hours else ""
+    first, last, stored = db.execute(
+        f"SELECT min(hour), max(hour) + 3599, sum(samples) FROM cluster_hourly {hour_where}", hour_args).fetchone()
     if bucket_s is None:
-        first, last = db.execute(f"SELECT min(ts), max(ts) FROM gpu_samples {where}", args).fetchone()
-        bucket_s = max(60, int(((last or 0) - (first or 0)) / 120) + 1)
-    timeline = [
-        {"t": int(row[0]), "mean_gpu_util": round(row[1], 1) if row[1] is not None else None,
-         "gpus": row[2], "busy_fraction": round(row[3], 3)}
-        for row in db.execute(
+        span = (last or 0) - (first or 0)
+        bucket_s = max(60, int(span / 120) + 1)
+        if span > 5 * 86400:
+            bucket_s = -(-bucket_s // 3600) * 3600
+    if bucket_s % 3600 == 0:
+        rows = db.execute(
+            f"SELECT CAST(hour / ? AS INTEGER) * ?, sum(util_sum) / nullif(sum(util_n), 0), max(gpus), "
+            f"CAST(sum(busy) AS REAL) / sum(samples) FROM cluster_hourly {hour_where} GROUP BY 1 ORDER BY 1",
+            [bucket_s, bucket_s] + hour_args)
+    else:
+        clauses, args = [], []
+        if since is not None:
+            clauses.append("ts >= ?")
+            args.append(since)
+        if until is not None:
+            clauses.append("ts <= ?")
+            args.append(until)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = db.execute(
             f"SELECT CAST(ts / ? AS INTEGER) * ?, avg(gpu_util), count(DISTINCT node || ':' || gpu_index), "
             f"avg(job_ids IS NOT NULL) FROM gpu_samples {where} GROUP BY 1 ORDER BY 1",
             [bucket_s, bucket_s] + args)
+    timeline = [
+        {"t": int(row[0]), "mean_gpu_util": round(row[1], 1) if row[1] is not None else None,
+         "gpus": row[2], "busy_fraction": round(row[3], 3)}
+        for row in rows
     ]
     jobs = [j for j in jobs_since(db, since, until) if (j["n_gpus"] or j["shards"] or j["gpu_indices"])]
     pairs = co_runs(jobs, sampled_gpus(db), now)
@@ -234,6 +261,6 @@ def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
     return {
         "since": since, "until": until, "bucket_s": bucket_s, "gpu_jobs": len(jobs), "shared_jobs": len(sharing),
         "sharing_rate": round(len(sharing) / len(jobs), 3) if jobs else None,
-        "states": states, "timeline": timeline, "models": models,
+        "states": states, "timeline": timeline, "models": models, "gpu_samples": stored or 0,
         "observations": db.execute("SELECT count(*) FROM observations").fetchone()[0],
     }

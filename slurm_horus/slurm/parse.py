@@ -51,6 +51,8 @@ class NodeInfo:
     gres: List[GresItem] = field(default_factory=list)
     gres_used: List[GresItem] = field(default_factory=list)
     features: Tuple[str, ...] = ()
+    address: str = ""  # NodeAddr
+    hostname: str = ""  # NodeHostname
 
     def gpu_indices_in_use(self):
         """GPU indices held by jobs, whole GPUs and shards alike."""
@@ -77,6 +79,8 @@ def parse_sinfo(text):
             gres=_gres_field(record, "gres", "sinfo"),
             gres_used=_gres_field(record, "gres_used", "sinfo"),
             features=tuple(f for f in (record.get("active_features") or record.get("features") or "").split(",") if f),
+            address=str(record.get("address") or ""),
+            hostname=str(record.get("hostname") or ""),
         ))
     return nodes
 

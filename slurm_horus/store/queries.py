@@ -78,9 +78,9 @@ def jobs_since(db, since=None, until=None, where="", params=(), fields=JOB_FIELD
 
 
 def sampled_gpus(db, job_ids=None):
-    """{job_id: {(node, gpu_index)}} from the collector's per-job rows."""
+    """{job_id: {(node, gpu_index)}} from the collector's per-job rows (their rollup)."""
     held = defaultdict(set)
-    sql = "SELECT DISTINCT job_id, node, gpu_index FROM job_gpu_use"
+    sql = "SELECT DISTINCT job_id, node, gpu_index FROM job_gpu_summary"
     rows = db.execute(sql).fetchall() if job_ids is None else [
         row for chunk in _chunks(list(job_ids), 500)
         for row in db.execute(f"{sql} WHERE job_id IN ({','.join('?' * len(chunk))})", chunk)
