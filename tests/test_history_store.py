@@ -82,3 +82,56 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path):
     errors = [p.communicate()[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, errors
     assert schema_version(open_db(path)) == SCHEMA_VERSION
+
+
+def _v1_file(path):
+    conn = sqlite3.connect(path)
+    for statement in store._statements(store.MIGRATIONS[0]):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    return conn
+
+
+def test_a_version_1_file_gets_its_rollups_backfilled(tmp_path):
+    path = tmp_path / "h.db"
+    conn = _v1_file(path)
+    conn.executemany("INSERT INTO gpu_samples (node, gpu_index, ts, gpu_name, gpu_util, job_ids) VALUES (?, ?, ?, ?, ?, ?)",
+                     [("n1", 0, 10.0, "Tesla V100", 50.0, "5"), ("n1", 0, 20.0, "Tesla V100", 70.0, "5"),
+                      ("n1", 1, 10.0, "Tesla V100", None, None), ("n1", 0, 3700.0, "Tesla V100", 10.0, None)])
+    conn.executemany("INSERT INTO job_gpu_use (job_id, node, gpu_index, ts, sm_util, mem_used_mb, shared) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)", [(5, "n1", 0, 10.0, 50.0, 100.0, 0), (5, "n1", 0, 20.0, 70.0, 300.0, 0)])
+    conn.commit()
+    conn.close()
+    db = open_db(path)
+    assert db.execute("SELECT samples, sm_sum, sm_n, sm_max, mem_max_mb FROM job_gpu_summary").fetchall() == [
+        (2, 120.0, 2, 70.0, 300.0)]
+    assert db.execute("SELECT hour, samples, util_sum, util_n, busy, gpus FROM cluster_hourly ORDER BY hour").fetchall() \
+        == [(0, 3, 120.0, 2, 2, 2), (3600, 1, 10.0, 1, 0, 1)]
+    assert db.execute("SELECT count(*) FROM gpus").fetchone()[0] == 2
+
+
+def test_pruned_raw_samples_leave_the_rollups_and_a_late_batch_counts_nothing_twice(tmp_path):
+    from slurm_horus.collect.sampler import store_batches
+    from slurm_horus.store.samples import prune_raw, raw_horizon
+
+    db = open_db(tmp_path / "h.db")
+    day = 86400.0
+
+    def batch(ts):
+        return {"node": "n1", "ts": ts, "gpus": [{"node": "n1", "gpu_index": 0, "ts": ts, "gpu_util": 40.0,
+                                                  "job_ids": "9"}],
+                "jobs": [{"job_id": 9, "node": "n1", "gpu_index": 0, "ts": ts, "sm_util": 40.0, "shared": 0}]}
+
+    old, new = [batch(10 * day + k) for k in range(3)], [batch(20 * day + k) for k in range(2)]
+    store_batches(db, old + new)
+    assert prune_raw(db, raw_days=5, now=21 * day) == 3 + 3
+    assert raw_horizon(db) == 16 * day
+    assert db.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 2
+    assert db.execute("SELECT count(*) FROM job_gpu_use").fetchone()[0] == 2
+    store_batches(db, old)  # the old batches arrive once more, after their raw rows are gone
+    assert db.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 2
+    assert db.execute("SELECT samples FROM job_gpu_summary").fetchone()[0] == 5
+    assert db.execute("SELECT sum(samples) FROM cluster_hourly").fetchone()[0] == 5
+    assert prune_raw(db, raw_days=5, now=21 * day) == 0  # nothing newer to prune
+    assert prune_raw(db, raw_days=0, now=99 * day) == 0  # 0: keep everything

@@ -118,29 +118,56 @@ def _epoch_option(text, name):
 @click.option("--slurm-conf", envvar="SLURM_CONF", help="slurm.conf of the cluster to read")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--progress/--no-progress", default=None, help="show progress (default: on a terminal)")
-def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_conf, as_json, progress):
-    """Copy finished and running jobs from sacct into the history store (incremental, idempotent)."""
-    import json
+@click.option("--prometheus", "prometheus_url", help="instead of sacct: GPU samples of NVIDIA's DCGM exporter "
+              "from this Prometheus (http://host:9090), jobs as jobstats attributes them")
+@click.option("--prometheus-match", default="", help="label matchers added to every query, e.g. 'cluster=\"della\"'")
+@click.option("--node-label", default="Hostname", show_default=True,
+              help="label naming the node (else the host part of 'instance')")
+def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_conf, as_json, progress,
+                   prometheus_url, prometheus_match, node_label):
+    """Copy finished and running jobs from sacct into the history store (incremental, idempotent).
 
+    With --prometheus: copy DCGM GPU samples from Prometheus instead (incremental, idempotent)."""
     from .ingest import FileSource, SacctSource, ingest
 
     db = _db(db_path)
+    if prometheus_url:
+        _ingest_prometheus(db, prometheus_url, prometheus_match, node_label, since, until, as_json, progress)
+        return
     source = FileSource(from_file) if from_file else SacctSource(slurm_conf=slurm_conf, mode=fmt)
     window_s = window_hours * 3600 if not from_file else 10 ** 10
+    result = ingest(db, source, since=_epoch_option(since, "--since"), until=_epoch_option(until, "--until"),
+                    window_s=window_s, progress=_progress(progress, "sacct calls", "jobs read"))
+    _print_result(result, as_json, f"ingested {result.jobs_seen} jobs ({result.jobs_new} new), {result.steps_seen} "
+                  f"steps from {result.source} in {result.windows} window(s)")
+
+
+def _progress(progress, calls, items):
+    """The progress callback of an ingest: a line on stderr (by default only on a terminal)."""
     show = sys.stderr.isatty() if progress is None else progress
 
-    def report(fraction, windows, jobs):
+    def report(fraction, windows, count):
         if show:
-            click.echo(f"\ringest: {100 * fraction:5.1f}% of the range, {windows} sacct calls, "
-                       f"{jobs} jobs read", err=True, nl=fraction >= 1.0)
+            click.echo(f"\ringest: {100 * fraction:5.1f}% of the range, {windows} {calls}, {count} {items}",
+                       err=True, nl=fraction >= 1.0)
 
-    result = ingest(db, source, since=_epoch_option(since, "--since"),
-                    until=_epoch_option(until, "--until"), window_s=window_s, progress=report)
-    if as_json:
-        click.echo(json.dumps(result.as_dict(), sort_keys=True))
-    else:
-        click.echo(f"ingested {result.jobs_seen} jobs ({result.jobs_new} new), {result.steps_seen} steps "
-                   f"from {result.source} in {result.windows} window(s)")
+    return report
+
+
+def _print_result(result, as_json, line):
+    import json
+
+    click.echo(json.dumps(result.as_dict(), sort_keys=True) if as_json else line)
+
+
+def _ingest_prometheus(db, url, match, node_label, since, until, as_json, progress):
+    from .prometheus import PrometheusSource, ingest_prometheus
+
+    result = ingest_prometheus(db, PrometheusSource(url, match=match), since=_epoch_option(since, "--since"),
+                               until=_epoch_option(until, "--until"), node_label=node_label,
+                               progress=_progress(progress, "windows", "GPU samples"))
+    _print_result(result, as_json, f"ingested {result.gpu_samples} GPU samples and {result.job_rows} job rows of "
+                  f"{result.nodes} nodes from {url} in {result.windows} window(s)")
 
 
 @click.command("receive")

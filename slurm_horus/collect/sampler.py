@@ -121,6 +121,11 @@ class Spool:
 
 _GPU_SQL = "INSERT OR IGNORE INTO gpu_samples ({}) VALUES ({})".format(
     ", ".join(GPU_COLUMNS), ", ".join("?" * len(GPU_COLUMNS)))
+_INVENTORY_SQL = (
+    "INSERT INTO gpus (node, gpu_index, uuid, gpu_name, mem_total_mb, first_ts, last_ts) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (node, gpu_index) DO UPDATE SET uuid = coalesce(excluded.uuid, uuid), "
+    "gpu_name = coalesce(excluded.gpu_name, gpu_name), mem_total_mb = coalesce(excluded.mem_total_mb, mem_total_mb) "
+    "WHERE excluded.uuid IS NOT uuid OR excluded.gpu_name IS NOT gpu_name")
 _USE_SQL = "INSERT OR IGNORE INTO job_gpu_use ({}) VALUES ({})".format(
     ", ".join(USE_COLUMNS), ", ".join("?" * len(USE_COLUMNS)))
 
@@ -129,18 +134,29 @@ def store_batches(db, batches):
     """Write sample batches into the history store (one transaction); returns rows offered.
 
     Rows older than the raw horizon (samples pruned there, see ``store/samples.py``) are dropped:
-    their hour is already in the rollups.
+    their hour is already in the rollups. A GPU's uuid and name go into the ``gpus`` inventory, once
+    per GPU and call, not onto every sample.
     """
     from ..store.db import transaction
     from ..store.samples import raw_horizon
 
-    gpu_rows = [tuple(g.get(c) for c in GPU_COLUMNS) for b in batches for g in b.get("gpus", ())]
+    inventory = {}
+    gpu_rows = []
+    for batch in batches:
+        for g in batch.get("gpus", ()):
+            row = [g.get(c) for c in GPU_COLUMNS]
+            key = (row[0], row[1])
+            if row[3] is not None or row[4] is not None:
+                inventory[key] = (row[0], row[1], row[3], row[4], row[8], row[2], row[2])
+            row[3] = row[4] = None  # uuid, gpu_name: kept in gpus
+            gpu_rows.append(row)
     use_rows = [tuple(u.get(c) for c in USE_COLUMNS) for b in batches for u in b.get("jobs", ())]
     with transaction(db) as conn:
         horizon = raw_horizon(db)  # under the write lock: a prune cannot slip in between
         if horizon is not None:
             gpu_rows = [r for r in gpu_rows if r[2] is not None and r[2] >= horizon]
             use_rows = [r for r in use_rows if r[3] is not None and r[3] >= horizon]
+        conn.executemany(_INVENTORY_SQL, inventory.values())
         conn.executemany(_GPU_SQL, gpu_rows)
         conn.executemany(_USE_SQL, use_rows)
     return len(gpu_rows) + len(use_rows)

@@ -39,7 +39,8 @@ def prune_raw(db, raw_days, now=None):
     while True:
         with transaction(db) as conn:
             cursor = conn.execute(
-                "DELETE FROM gpu_samples WHERE rowid IN (SELECT rowid FROM gpu_samples WHERE ts < ? LIMIT ?)",
+                "DELETE FROM gpu_samples WHERE (node, gpu_index, ts) IN "
+                "(SELECT node, gpu_index, ts FROM gpu_samples WHERE ts < ? LIMIT ?)",
                 [before, DELETE_CHUNK])
         deleted += cursor.rowcount
         if cursor.rowcount < DELETE_CHUNK:
