@@ -280,8 +280,13 @@ def _history_batches(jobs, start):
     for (node, gpu), held in sorted(by_gpu.items()):
         held.sort(key=lambda j: j["start_time"])
         gpus_rows, use_rows = [], []
+        live, k = [], 0  # a sweep over the GPU's jobs in start order
         for ts in range(start + 1800, start + DAYS * 86400, HISTORY_SAMPLE_S):
-            here = [j for j in held if j["start_time"] <= ts < j["end_time"]]
+            while k < len(held) and held[k]["start_time"] <= ts:
+                live.append(held[k])
+                k += 1
+            live = [j for j in live if j["end_time"] > ts]
+            here = live
             util = round(rng.uniform(20, 100), 1) if here else 0.0
             gpus_rows.append({"node": node, "gpu_index": gpu, "ts": float(ts), "gpu_name": "NVIDIA H100 80GB HBM3",
                               "gpu_util": util, "mem_total_mb": 81559.0,

@@ -97,6 +97,9 @@ SETTINGS = {
         Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),
         Setting("sbatch", str, "sbatch",
                 "the real sbatch that horus-sbatch runs (a path, or a name looked up on PATH)"),
+        Setting("controller_host", str, "",
+                "the SlurmctldHost whose slurmctld this horusd serves; with a backup controller only the "
+                "horusd beside the one in control answers (empty: this host's short name)"),
         Setting("ship_to", str, "",
                 "URL of the sample receiver (horus receive) collectors ship to, e.g. http://head:8910 "
                 "(empty: collectors write the db directly)"),

@@ -104,13 +104,21 @@ def start_horusd(cluster, timeout):
     return _start_service(cluster, "horusd", "serve", "horusd", answers, timeout)
 
 
-def _start_service(cluster, name, command, what, answers, timeout):
-    """Start ``horus COMMAND --log-file log/NAME.log`` in its own session with the cluster's site file;
-    record it as NAME; wait until ``answers()``."""
+def start_backup_horusd(cluster, timeout):
+    """The horusd beside the backup slurmctld (its own site file and socket); it starts in standby."""
+    return _start_service(
+        cluster, "horusd-backup", "serve", "the backup horusd",
+        lambda: protocol.ask({"op": "ping"}, cluster.backup_horus_socket, timeout_s=1.0) is not None, timeout,
+        config=cluster.backup_horus_config)
+
+
+def _start_service(cluster, name, command, what, answers, timeout, config=None):
+    """Start ``horus COMMAND --log-file log/NAME.log`` in its own session with the cluster's site file
+    (or ``config``); record it as NAME; wait until ``answers()``."""
     layout = cluster.layout
     log = layout.log / f"{name}.log"
     env = cluster._daemon_env()
-    env["HORUS_CONFIG"] = str(cluster.horus_config)
+    env["HORUS_CONFIG"] = str(config or cluster.horus_config)
     with open(layout.log / f"{name}.stdout", "ab") as out:
         child = subprocess.Popen([sys.executable, "-m", "slurm_horus", command, "--log-file", str(log)],
                                  env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,

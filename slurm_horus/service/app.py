@@ -4,18 +4,27 @@ Lifecycle: read config → build the interference model and the policy → first
 listen. A background thread refreshes the cluster state every ``refresh_s``; SIGHUP (or a
 ``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
+
+Failover: with a backup controller (``SlurmctldHost`` twice), horusd runs beside each slurmctld, each
+told which one it serves (``controller_host``, default: this host's short name). Every
+``CONTROLLER_CHECK_S`` each asks ``scontrol ping`` which controller is in control (the first that
+answers, in SlurmctldHost order). Only the horusd beside it answers: the other one leaves every job
+to Slurm ("standby"), publishes no offers, reads no state and writes nothing to the history database.
+When control moves, the new active horusd starts from an empty ledger and rebuilds its cluster state
+from squeue (the jobs the other one placed carry their ``horus:`` tokens there) before it answers.
 """
 
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 
 from ..config import load_config
 from ..errors import HorusError
 from ..placement.policies import PolicyModels, make_policy
-from ..slurm.parse import parse_sinfo, parse_squeue
+from ..slurm.parse import active_controller, parse_sinfo, parse_squeue
 from ..slurm.runner import run_slurm
 from .daemon import Placer, Snapshot, unchanged
 from .history import History
@@ -26,6 +35,7 @@ from .server import Frontend
 log = logging.getLogger("horusd")
 
 OFFER_DELAY_S = 0.003
+CONTROLLER_CHECK_S = 2.0
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
@@ -98,13 +108,25 @@ def build_placer(config, predictor_factory=None, history=None):
     return placer
 
 
+def _slurm_controllers():
+    from ..slurm.queries import controllers
+
+    return controllers(timeout=5.0)
+
+
 class Horusd:
-    def __init__(self, config, reader=None, predictor_factory=None):
+    def __init__(self, config, reader=None, predictor_factory=None, controllers=_slurm_controllers):
         self.config = config
         self.reader = reader or SlurmReader()
         self.predictor_factory = predictor_factory
+        # failover: the SlurmctldHost this horusd serves, and whether that slurmctld is in control
+        self.controllers = controllers
+        self.controller_host = config.controller_host or socket.gethostname().split(".")[0]
+        self.active = True
+        self.in_control = None  # the controller in control, when there is a backup
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
-                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start())
+                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start(),
+                               is_active=lambda: self.active)
         self.placer = build_placer(config, predictor_factory, self.history)
         self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None, after_reply=self.after_reply)
         self._decision_ms = 0.0
@@ -129,7 +151,16 @@ class Horusd:
         op = message.get("op")
         if op == "ping":
             return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
-                    "decisions": self.placer.decisions, "policy": self.config.policy, "pid": os.getpid()}
+                    "decisions": self.placer.decisions, "policy": self.config.policy, "pid": os.getpid(),
+                    "active": self.active, "controller": self.controller_host, "in_control": self.in_control,
+                    "jobs": len(self.placer.state.jobs) if self.placer.state is not None else 0}
+        if not self.active and op != "reload":
+            if op == "claim":
+                return None
+            if op == "place":
+                return unchanged(f"standby: slurmctld on {self.controller_host} is not in control "
+                                 f"({self.in_control or 'none'} is)")
+            return {"ok": False, "error": "standby"}
         if op == "reload":
             self.reload()
             return {"ok": True, "reloaded": True}
@@ -235,6 +266,9 @@ class Horusd:
             self.offers_changed.wait(1.0)
             if self.stopping.is_set():
                 return
+            if not self.active:
+                self.offers_changed.clear()
+                continue
             # the submission that caused this is still in slurmctld and sbatch: let it finish
             # before taking the CPU (this VM has two), and fold a burst into one recomputation
             time.sleep(OFFER_DELAY_S)
@@ -260,6 +294,8 @@ class Horusd:
             self.wake.clear()
             if self.stopping.is_set():
                 return
+            if not self.active:  # standby: the active horusd reads the state; ours is rebuilt at takeover
+                continue
             started = time.monotonic()
             try:
                 self.refresh_once()
@@ -295,16 +331,64 @@ class Horusd:
         self.placer = placer
         log.info("horus: reloaded config (policy=%s binding=%s)", config.policy, config.binding)
 
+    # ---- failover -------------------------------------------------------------------------------
+    def check_controller(self):
+        """Is the slurmctld this horusd serves the one in control? Switches to active or standby."""
+        try:
+            controllers = self.controllers()
+        except Exception as exc:  # Slurm's CLI unusable: keep the current role
+            log.warning("horus: cannot ask which controller is in control (%s)", exc)
+            return self.active
+        if len(controllers) < 2 or self.controller_host not in {c.host for c in controllers}:
+            self.in_control, active = None, True  # no backup controller (or not beside one): always answer
+        else:
+            self.in_control = active_controller(controllers)
+            active = self.in_control == self.controller_host
+        if active != self.active:
+            self._switch(active)
+        return active
+
+    def _switch(self, active):
+        if active:
+            with self.placer.lock:
+                self.placer.ledger.clear()  # decisions of the other horusd are in squeue by now
+                self.placer.snapshot_time = 0.0  # "stale" until rebuilt: nothing is placed on the old view
+            self.active = True
+            try:
+                self.refresh_once()
+                log.info("horus: slurmctld on %s is in control: answering; state rebuilt from squeue (%d jobs)",
+                         self.controller_host, len(self.placer.state.jobs) if self.placer.state else 0)
+            except Exception as exc:
+                log.warning("horus: slurmctld on %s is in control, but squeue failed (%s): answering "
+                            "'unchanged' until it answers", self.controller_host, exc)
+                self.wake.set()
+        else:
+            self.active = False
+            log.info("horus: standby: slurmctld on %s is not in control (%s is); leaving jobs to Slurm",
+                     self.controller_host, self.in_control or "none")
+            with self._offers_file:
+                try:
+                    self._write_offers({})
+                except OSError:
+                    pass
+
+    def _controller_loop(self):
+        while not self.stopping.wait(CONTROLLER_CHECK_S):
+            self.check_controller()
+
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self):
+        self.check_controller()
         try:
-            self.refresh_once()
+            if self.active:
+                self.refresh_once()
         except Exception as exc:
             log.warning("horus: first refresh failed, answering 'unchanged' until Slurm answers: %s", exc)
         self.history.start()
         self.frontend.start()
         self._refresher = run_in_background(self._refresh_loop, "horusd-refresh")
         run_in_background(self._offers_loop, "horusd-offers")
+        run_in_background(self._controller_loop, "horusd-controller")
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 

@@ -79,6 +79,12 @@ def node_gpu_count(node):
     return sum(item.count for item in node.gres if item.name == "gpu")
 
 
+def node_has_shards(node):
+    """Does Slurm offer shards on this node? (After a backup controller took over, 22.05 showed typed
+    shard counts of 0, ``shard:g0:0``, and refused every shard job: a shard binding must not place there.)"""
+    return any(item.name == "shard" and item.count > 0 for item in node.gres)
+
+
 def node_usable(node):
     state = (node.state or "").lower()
     flags = {f.upper() for f in node.state_flags}
@@ -143,7 +149,7 @@ class Placer:
         state = ClusterState(max_jobs_per_gpu=self.max_jobs_per_gpu, classes=self.classes)
         for node in snapshot.nodes:
             count = node_gpu_count(node)
-            if count == 0 or not node_usable(node):
+            if count == 0 or not node_usable(node) or (self.binding == "shard" and not node_has_shards(node)):
                 continue
             gpu_type = snapshot.features.get(node.name) or self.default_gpu_type
             state.add_node(node.name, gpu_type, count, self.gpu_memory_mb(gpu_type), node.partitions or ("default",))
