@@ -135,3 +135,37 @@ def test_pruned_raw_samples_leave_the_rollups_and_a_late_batch_counts_nothing_tw
     assert db.execute("SELECT sum(samples) FROM cluster_hourly").fetchone()[0] == 5
     assert prune_raw(db, raw_days=5, now=21 * day) == 0  # nothing newer to prune
     assert prune_raw(db, raw_days=0, now=99 * day) == 0  # 0: keep everything
+
+
+def test_overlaps_finds_exactly_the_pairs_that_held_a_gpu_at_once():
+    """The sweep (with its numpy pre-split into runs of overlapping jobs) against the definition:
+    every two jobs on one GPU whose [start, end) intersect, overlap = min(ends) - max(starts)."""
+    import random
+
+    from slurm_horus.store.queries import job_gpus, overlaps
+
+    for seed in range(200):
+        rng = random.Random(seed)
+        jobs = []
+        for j in range(rng.randint(0, 50)):
+            start = None if rng.random() < 0.05 else rng.randint(0, 400)
+            jobs.append({"job_id": j + 1, "start_time": start,
+                         "end_time": None if rng.random() < 0.1 else (start or 0) + rng.randint(0, 150),
+                         "nodes": rng.choice(["n1", "n2", "n[1-2]", ""]),
+                         "gpu_indices": rng.choice(["0", "1", "0,1", None])})
+        sampled = {j["job_id"]: {("n3", rng.randint(0, 1))} for j in jobs if rng.random() < 0.2}
+        now = 10 ** 6
+        spans = {}
+        for job in jobs:
+            if job["start_time"] is not None:
+                for gpu in job_gpus(job, sampled):
+                    spans.setdefault(gpu, []).append((job["start_time"], job["end_time"] or now, job["job_id"]))
+        expected = []
+        for gpu, items in spans.items():
+            items.sort()
+            for a in range(len(items)):
+                for b in range(a + 1, len(items)):
+                    overlap = min(items[a][1], items[b][1]) - items[b][0]
+                    if overlap > 0:
+                        expected.append((gpu, items[b][2], items[a][2], overlap))
+        assert sorted(overlaps(jobs, sampled, now)) == sorted(expected), seed

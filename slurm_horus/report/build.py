@@ -25,6 +25,7 @@ SHAREABLE_UTIL = 50.0
 SHAREABLE_MEMORY = 0.5
 MIN_SAMPLES = 3
 MAX_POINTS = 240
+RAW_TIMELINE_MAX = 2_000_000  # more GPU samples than this in the range: the timeline comes from hourly rollups
 
 
 def _downsample(points, limit=MAX_POINTS):
@@ -161,6 +162,7 @@ def job_report(db, job_id, slowdown_limit=1.5, now=None):
 GROUP_COLUMNS = {"users": "user", "accounts": "account", "partitions": "partition"}
 
 
+
 def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None):
     """GPU-hours allocated/used, mean utilization, GPU-hours saved by sharing, jobs hurt, per group.
 
@@ -209,8 +211,9 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None):
 
 def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
     """Utilization over time (``bucket_s`` buckets; default: about 120 over the sampled span, at least
-    a minute, whole hours past five days), sharing rate, model accuracy, and ``gpu_samples``: how many
-    GPU samples were stored (in the hours of [since, until]; pruned raw samples count too).
+    a minute, whole hours past five days or RAW_TIMELINE_MAX samples), sharing rate, model accuracy, and
+    ``gpu_samples``: how many GPU samples were stored (in the hours of [since, until]; pruned raw
+    samples count too).
 
     Whole-hour buckets are read from the ``cluster_hourly`` rollup (30 days at a thousand nodes are
     720 rows instead of 2 billion); shorter ones from the raw samples."""
@@ -228,7 +231,7 @@ def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
     if bucket_s is None:
         span = (last or 0) - (first or 0)
         bucket_s = max(60, int(span / 120) + 1)
-        if span > 5 * 86400:
+        if span > 5 * 86400 or (stored or 0) > RAW_TIMELINE_MAX:
             bucket_s = -(-bucket_s // 3600) * 3600
     if bucket_s % 3600 == 0:
         rows = db.execute(

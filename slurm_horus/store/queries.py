@@ -12,6 +12,8 @@ import time
 from collections import defaultdict
 from functools import lru_cache
 
+import numpy as np
+
 _BRACKET = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<body>[^\]]*)\](?P<suffix>.*)$")
 
 
@@ -97,34 +99,67 @@ def _chunks(items, size):
 
 def job_gpus(job, sampled=None):
     """The (node, index) pairs a job held: sacct's indices on each node, plus sampled ones."""
-    pairs = set()
-    indices = parse_indices(job.get("gpu_indices"))
-    for node in _expand_nodelist(job.get("nodes") or ""):
-        for index in indices:
-            pairs.add((node, index))
+    pairs = _allocated(job.get("nodes") or "", job.get("gpu_indices"))
     if sampled:
-        pairs |= sampled.get(job["job_id"], set())
-    return pairs
+        seen = sampled.get(job["job_id"])
+        if seen:
+            return pairs | seen
+    return set(pairs)
+
+
+@lru_cache(maxsize=65536)
+def _allocated(nodes, gpu_indices):
+    """sacct's indices on each node (a site has a few thousand distinct (nodes, indices) values)."""
+    indices = parse_indices(gpu_indices)
+    return frozenset((node, index) for node in _expand_nodelist(nodes) for index in indices)
 
 
 def overlaps(jobs, sampled=None, now=None):
     """Yield (gpu, job_id, other_job_id, overlap_s) for every two jobs that held one GPU at once.
 
-    One sweep per GPU over its jobs in start order, with a heap of the running ones by end time.
+    One sweep per GPU over its jobs in start order, with a heap of the running ones by end time. At a
+    site's scale (hundreds of thousands of jobs a month) most jobs share with nobody, so numpy first
+    splits each GPU's jobs into runs that overlap one another (a run starts where no earlier job on
+    the GPU is still running) and the sweep visits only the runs of two or more.
     """
     now = int(now if now is not None else time.time())
-    by_gpu = defaultdict(list)
+    gpu_ids, keys, starts, ends, ids = {}, [], [], [], []
     for job in jobs:
         start = job.get("start_time")
         if start is None:
             continue
-        span = (start, job.get("end_time") or now, job["job_id"])
+        end = job.get("end_time") or now
         for gpu in job_gpus(job, sampled):
-            by_gpu[gpu].append(span)
-    for gpu, spans in by_gpu.items():
-        spans.sort()
+            keys.append(gpu_ids.setdefault(gpu, len(gpu_ids)))
+            starts.append(start)
+            ends.append(end)
+            ids.append(job["job_id"])
+    if not keys:
+        return
+    gpus = list(gpu_ids)
+    g = np.asarray(keys, dtype=np.float64)
+    s = np.asarray(starts, dtype=np.float64)
+    e = np.asarray(ends, dtype=np.float64)
+    order = np.lexsort((np.asarray(ids, dtype=np.int64), e, s, g))  # by GPU, then (start, end, job id)
+    base = min(s.min(), e.min())
+    width = max(s.max(), e.max()) - base + 1.0
+    shifted_end = (e[order] - base) + g[order] * width  # each GPU's times in a band of its own
+    shifted_start = (s[order] - base) + g[order] * width
+    latest = np.maximum.accumulate(shifted_end)
+    running_before = np.concatenate(([-np.inf], latest[:-1]))
+    run = np.cumsum(running_before <= shifted_start)  # a new run: nothing earlier still running
+    crowded = np.bincount(run)[run] > 1
+    members = order[crowded]
+    runs = run[crowded]
+    k = 0
+    while k < len(members):
+        first = k
+        while k < len(members) and runs[k] == runs[first]:
+            k += 1
+        gpu = gpus[keys[members[first]]]
         running = []  # heap of (end, job_id)
-        for start, end, job_id in spans:
+        for i in members[first:k]:
+            start, end, job_id = starts[i], ends[i], ids[i]
             while running and running[0][0] <= start:
                 heapq.heappop(running)
             for other_end, other in running:
