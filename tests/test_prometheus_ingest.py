@@ -200,7 +200,8 @@ def test_dcgm_samples_in_prometheus_land_in_the_jobs_report(slurm_cluster_dbd, e
     cluster_again = json.loads(_horus(cluster, "report", "cluster", "--db", str(db), "--json"))
     assert cluster_again["gpu_samples"] == cluster_report["gpu_samples"]
     bad = subprocess.run([sys.executable, "-m", "slurm_horus", "ingest", "--db", str(db), "--prometheus",
-                          prometheus, "--prometheus-match", 'cluster=~"(', "--since", str(began), "--no-progress"], env=cluster.env,
+                          prometheus, "--prometheus-match", 'cluster=~"(', "--since", str(began), "--until", until,
+                          "--no-progress"], env=cluster.env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "HTTP 400" in bad.stderr
 

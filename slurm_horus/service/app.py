@@ -124,6 +124,7 @@ class Horusd:
         self.controller_host = config.controller_host or socket.gethostname().split(".")[0]
         self.active = True
         self.in_control = None  # the controller in control, when there is a backup
+        self._rebuilding = False  # took over, state not read from squeue yet
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
                                on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start(),
                                is_active=lambda: self.active)
@@ -299,6 +300,7 @@ class Horusd:
             started = time.monotonic()
             try:
                 self.refresh_once()
+                self._rebuilt()
                 last_cost = time.monotonic() - started
                 self.refresh_errors = 0
             except Exception as exc:  # Slurm slow or down: keep the old state, it ages out
@@ -354,11 +356,11 @@ class Horusd:
                 self.placer.ledger.clear()  # decisions of the other horusd are in squeue by now
                 self.placer.snapshot_time = 0.0  # "stale" until rebuilt: nothing is placed on the old view
             self.active = True
+            self._rebuilding = True
             try:
                 self.refresh_once()
-                log.info("horus: slurmctld on %s is in control: answering; state rebuilt from squeue (%d jobs)",
-                         self.controller_host, len(self.placer.state.jobs) if self.placer.state else 0)
-            except Exception as exc:
+                self._rebuilt()
+            except Exception as exc:  # the new controller may still be taking over: the refresher retries
                 log.warning("horus: slurmctld on %s is in control, but squeue failed (%s): answering "
                             "'unchanged' until it answers", self.controller_host, exc)
                 self.wake.set()
@@ -371,6 +373,12 @@ class Horusd:
                     self._write_offers({})
                 except OSError:
                     pass
+
+    def _rebuilt(self):
+        if self._rebuilding:
+            self._rebuilding = False
+            log.info("horus: slurmctld on %s is in control: answering; state rebuilt from squeue (%d jobs)",
+                     self.controller_host, len(self.placer.state.jobs) if self.placer.state else 0)
 
     def _controller_loop(self):
         while not self.stopping.wait(CONTROLLER_CHECK_S):
