@@ -188,7 +188,11 @@ def test_dcgm_samples_in_prometheus_land_in_the_jobs_report(slurm_cluster_dbd, e
         [held] = report["gpus"]
         assert (held["node"], held["gpu_index"]) == (node, gpu)
         assert held["samples"] >= 3, report["gpus"]  # a 12-s job scraped every second (or so, under load)
-        assert held["mean_sm_util"] == util and held["max_mem_mb"] == used
+        assert held["max_sm_util"] == util and held["max_mem_mb"] == used
+        if job_id == second:  # hpc_job: the job is a label of the very samples
+            assert held["mean_sm_util"] == util
+        else:  # the companion is scraped apart from DCGM: a sample at each edge may fall to the other side
+            assert held["mean_sm_util"] >= util * (held["samples"] - 2) / held["samples"] - 0.1
         assert held["mem_total_mb"] == TOTAL_MIB and held["shared_fraction"] == 0.0
         assert f"{node}:{gpu}" in report["gpu_list"]
     cluster_report = json.loads(_horus(cluster, "report", "cluster", "--db", str(db), "--json"))
