@@ -71,7 +71,7 @@ def test_the_horusd_beside_the_controller_in_control_answers_after_a_failover():
         # the first job is in the backup horusd's state: rebuilt from squeue (once the new controller answers)
         _wait(lambda: _ping(cluster.backup_horus_socket)["jobs"] == 1, 30, "the state rebuilt from squeue")
         assert _ping(cluster.backup_horus_socket)["in_control"] == BACKUP_HOST
-        assert "state rebuilt from squeue (1 jobs)" in (cluster.layout.log / "horusd-backup.log").read_text()
+        assert "state rebuilt from squeue (1 jobs, 0 kept)" in (cluster.layout.log / "horusd-backup.log").read_text()
         assert "standby" in (cluster.layout.log / "horusd.log").read_text()
 
         # the backup slurmctld's job_submit.lua asks the backup horusd, which knows where the first job is

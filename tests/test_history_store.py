@@ -111,6 +111,52 @@ def test_a_version_1_file_gets_its_rollups_backfilled(tmp_path):
     assert db.execute("SELECT count(*) FROM gpus").fetchone()[0] == 2
 
 
+def _old_v2_file(path, script):
+    """A store left at version 2 by one of the two branches that each numbered their schema 2."""
+    conn = _v1_file(path)
+    for statement in store._statements(script):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    return conn
+
+
+def _fill(conn):
+    conn.execute("INSERT INTO jobs (cluster, job_id, user) VALUES ('c', 5, 'ada')")
+    conn.executemany("INSERT INTO gpu_samples (node, gpu_index, ts, gpu_util, job_ids) VALUES (?, ?, ?, ?, ?)",
+                     [("n1", 0, 10.0, 50.0, "5"), ("n1", 0, 20.0, 70.0, "5")])
+    conn.executemany("INSERT INTO job_gpu_use (job_id, node, gpu_index, ts, sm_util, shared) VALUES (?, ?, ?, ?, ?, ?)",
+                     [(5, "n1", 0, 10.0, 50.0, 0), (5, "n1", 0, 20.0, 70.0, 0)])
+    conn.commit()
+    conn.close()
+
+
+def _assert_newest(db):
+    assert schema_version(db) == SCHEMA_VERSION == 3
+    assert {"cpu_time_s", "max_rss_mb"} <= set(db["jobs"].columns_dict)
+    assert "jobs_array" in {row[1] for row in db.execute("PRAGMA index_list(jobs)")}
+    assert {"gpus", "job_gpu_summary", "cluster_hourly"} <= set(db.table_names())
+    assert db.execute("SELECT user FROM jobs").fetchall() == [("ada",)]
+    assert db.execute("SELECT samples, sm_sum FROM job_gpu_summary").fetchall() == [(2, 120.0)]
+    assert db.execute("SELECT sum(samples) FROM cluster_hourly").fetchone()[0] == 2
+    assert integrity_check(db) == "ok"
+
+
+def test_a_users_version_2_store_gets_the_rollups(tmp_path):
+    path = tmp_path / "h.db"
+    _fill(_old_v2_file(path, store._SCHEMA_V2))  # version 2 of main: CPU time and peak memory
+    _assert_newest(open_db(path))
+
+
+def test_a_site_scale_version_2_store_gets_the_users_columns(tmp_path):
+    path = tmp_path / "h.db"
+    conn = _old_v2_file(path, store._SCHEMA_V3)  # version 2 of the site-scale branch: the rollups
+    _fill(conn)  # its triggers keep the rollups
+    _assert_newest(open_db(path))
+    again = open_db(path)  # nothing runs twice
+    _assert_newest(again)
+
+
 def test_pruned_raw_samples_leave_the_rollups_and_a_late_batch_counts_nothing_twice(tmp_path):
     from slurm_horus.collect.sampler import store_batches
     from slurm_horus.store.samples import prune_raw, raw_horizon
@@ -151,7 +197,7 @@ def test_overlaps_finds_exactly_the_pairs_that_held_a_gpu_at_once():
             start = None if rng.random() < 0.05 else rng.randint(0, 400)
             jobs.append({"job_id": j + 1, "start_time": start,
                          "end_time": None if rng.random() < 0.1 else (start or 0) + rng.randint(0, 150),
-                         "nodes": rng.choice(["n1", "n2", "n[1-2]", ""]),
+                         "nodes": rng.choice(["n1", "n2", "n[1-2]", ""]), "n_gpus": rng.choice([0, 1, 2]),
                          "gpu_indices": rng.choice(["0", "1", "0,1", None])})
         sampled = {j["job_id"]: {("n3", rng.randint(0, 1))} for j in jobs if rng.random() < 0.2}
         now = 10 ** 6

@@ -1,5 +1,8 @@
 """``horus collect`` and ``horus ingest``: thin click wrappers over sampler.py and ingest.py."""
 
+import contextlib
+import math
+import sqlite3
 import sys
 import time
 
@@ -9,11 +12,35 @@ from ..config import load_config
 from ..errors import HorusError, InputError
 
 
-def _db(db_path):
+def _db_path(db_path):
     # imported here: a collector that ships over the network never loads the store (nor sqlite_utils)
-    from ..store.db import default_db_path, open_db
+    from ..store.db import default_db_path
 
-    return open_db(db_path or default_db_path(load_config()))
+    return db_path or default_db_path(load_config())
+
+
+def _db(db_path):
+    from ..store.db import open_db
+
+    return open_db(_db_path(db_path))
+
+
+@contextlib.contextmanager
+def _stored_by_window(path):
+    """An ingest stores each window in one transaction and moves its watermark after it: a database
+    error (locked past the busy timeout, read-only, full disk) is one line, and the next run starts
+    where this one failed."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise InputError(f"history database {path}: {exc}; nothing of the failed window was stored, "
+                         "run again to go on") from None
+
+
+def _positive_hours(_ctx, _param, value):
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise InputError(f"--window-hours: must be a positive number of hours, got {value}")
+    return value
 
 
 @click.command("collect")
@@ -109,7 +136,7 @@ def _epoch_option(text, name):
 @click.option("--db", "db_path", help="history database (default: the site config's db)")
 @click.option("--since", help="start of the range (default: the last ingested end time, or 30 days ago)")
 @click.option("--until", help="end of the range (default: now)")
-@click.option("--window-hours", type=float, default=168.0, show_default=True,
+@click.option("--window-hours", type=float, default=168.0, show_default=True, callback=_positive_hours,
               help="first sacct window (hours); later windows adapt to the job rate")
 @click.option("--format", "fmt", type=click.Choice(["auto", "json", "parsable"]), default="auto",
               show_default=True, help="sacct --json (22.05), sacct -P, or --json falling back to -P")
@@ -130,14 +157,16 @@ def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_co
     With --prometheus: copy DCGM GPU samples from Prometheus instead (incremental, idempotent)."""
     from .ingest import FileSource, SacctSource, ingest
 
-    db = _db(db_path)
+    path = _db_path(db_path)
+    db = _db(path)
     if prometheus_url:
-        _ingest_prometheus(db, prometheus_url, prometheus_match, node_label, since, until, as_json, progress)
+        _ingest_prometheus(db, path, prometheus_url, prometheus_match, node_label, since, until, as_json, progress)
         return
     source = FileSource(from_file) if from_file else SacctSource(slurm_conf=slurm_conf, mode=fmt)
     window_s = window_hours * 3600 if not from_file else 10 ** 10
-    result = ingest(db, source, since=_epoch_option(since, "--since"), until=_epoch_option(until, "--until"),
-                    window_s=window_s, progress=_progress(progress, "sacct calls", "jobs read"))
+    with _stored_by_window(path):
+        result = ingest(db, source, since=_epoch_option(since, "--since"), until=_epoch_option(until, "--until"),
+                        window_s=window_s, progress=_progress(progress, "sacct calls", "jobs read"))
     _print_result(result, as_json, f"ingested {result.jobs_seen} jobs ({result.jobs_new} new), {result.steps_seen} "
                   f"steps from {result.source} in {result.windows} window(s)")
 
@@ -160,12 +189,13 @@ def _print_result(result, as_json, line):
     click.echo(json.dumps(result.as_dict(), sort_keys=True) if as_json else line)
 
 
-def _ingest_prometheus(db, url, match, node_label, since, until, as_json, progress):
+def _ingest_prometheus(db, path, url, match, node_label, since, until, as_json, progress):
     from .prometheus import PrometheusSource, ingest_prometheus
 
-    result = ingest_prometheus(db, PrometheusSource(url, match=match), since=_epoch_option(since, "--since"),
-                               until=_epoch_option(until, "--until"), node_label=node_label,
-                               progress=_progress(progress, "windows", "GPU samples"))
+    with _stored_by_window(path):
+        result = ingest_prometheus(db, PrometheusSource(url, match=match), since=_epoch_option(since, "--since"),
+                                   until=_epoch_option(until, "--until"), node_label=node_label,
+                                   progress=_progress(progress, "windows", "GPU samples"))
     _print_result(result, as_json, f"ingested {result.gpu_samples} GPU samples and {result.job_rows} job rows of "
                   f"{result.nodes} nodes from {url} in {result.windows} window(s)")
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from ..private import make_private
 from ..service import protocol
 from . import procs
 
@@ -119,10 +120,13 @@ def _start_service(cluster, name, command, what, answers, timeout, config=None):
     log = layout.log / f"{name}.log"
     env = cluster._daemon_env()
     env["HORUS_CONFIG"] = str(config or cluster.horus_config)
+    make_private(layout.log / f"{name}.stdout")
     with open(layout.log / f"{name}.stdout", "ab") as out:
+        # cwd: `python -m` looks in the current directory first, where another copy of slurm_horus
+        # (a checkout of another version) would be run instead of this installation
         child = subprocess.Popen([sys.executable, "-m", "slurm_horus", command, "--log-file", str(log)],
                                  env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                 start_new_session=True)
+                                 start_new_session=True, cwd=str(layout.root))
     cluster._children.append(child)
     cluster._record(name, child.pid)
     deadline = time.monotonic() + min(timeout, 60)

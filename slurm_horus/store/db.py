@@ -15,6 +15,7 @@ from pathlib import Path
 import sqlite_utils
 
 from ..errors import HorusError
+from ..private import make_private
 
 BUSY_TIMEOUT_MS = 30000
 
@@ -157,7 +158,15 @@ CREATE TABLE meta (
 );
 """
 
-# Version 2: rollups that the reports, the learning loop and horusd read instead of the raw samples
+# Version 2: what seff/reportseff show per job: CPU time used (sacct TotalCPU, the sum over steps)
+# and the largest resident memory of any step (MaxRSS), for CPU and host-memory efficiency.
+_SCHEMA_V2 = """
+ALTER TABLE jobs ADD COLUMN cpu_time_s REAL;
+ALTER TABLE jobs ADD COLUMN max_rss_mb REAL;
+CREATE INDEX jobs_array ON jobs (array_job_id, array_task_id)
+"""
+
+# Version 3: rollups that the reports, the learning loop and horusd read instead of the raw samples
 # (at a thousand nodes x 8 GPUs every 10 s the raw tables grow by ~70 million rows a day). Triggers
 # keep them: AFTER INSERT fires only for rows actually inserted, so INSERT OR IGNORE of a batch sent
 # twice counts nothing twice, whoever writes (receiver, --db ship, --import, Prometheus ingest).
@@ -165,7 +174,7 @@ CREATE TABLE meta (
 # become WITHOUT ROWID (their primary key is the table: no second copy of the key) and job_gpu_use
 # loses its (node, gpu_index, ts) index, which nothing reads any more: with the GPU's uuid and name
 # kept in ``gpus`` instead of on every sample, a GPU sample with its job row takes ~40% less space.
-_SCHEMA_V2 = """
+_SCHEMA_V3 = """
 CREATE TABLE gpus (
     node TEXT NOT NULL,
     gpu_index INTEGER NOT NULL,
@@ -287,8 +296,23 @@ CREATE TRIGGER job_gpu_use_rollup AFTER INSERT ON job_gpu_use BEGIN
 END;
 """
 
-MIGRATIONS = [_SCHEMA_V1, _SCHEMA_V2]
+MIGRATIONS = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _pending(conn, version):
+    """The migrations (target version, script) that take a store at ``version`` to the newest.
+
+    Two schemas were numbered 2 before they were merged: the users' work (job CPU time and peak
+    memory, today's version 2) and the site-scale rollups (today's version 3). A store that the
+    site-scale branch left at version 2 holds the rollups' ``gpus`` table and lacks the CPU time
+    column: it needs today's version 2 and is then at version 3."""
+    if version == 2:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        if "gpus" in tables and "cpu_time_s" not in columns:
+            return [(3, _SCHEMA_V2)]
+    return [(target, MIGRATIONS[target - 1]) for target in range(version + 1, SCHEMA_VERSION + 1)]
 
 
 def _migrate(conn):
@@ -305,8 +329,8 @@ def _migrate(conn):
                 f"history database schema version {version} is newer than this slurm-horus "
                 f"understands ({SCHEMA_VERSION}); upgrade slurm-horus"
             )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in _statements(MIGRATIONS[target - 1]):
+        for target, script in _pending(conn, version):
+            for statement in _statements(script):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {target}")
         conn.execute("COMMIT")
@@ -344,17 +368,23 @@ def _while_locked(step, timeout_s=BUSY_TIMEOUT_MS / 1000):
         delay = min(delay * 2, 0.2)
 
 
-def open_db(path):
+def open_db(path, create=True):
     """Open (creating and migrating as needed) the history database at ``path``.
 
     Returns a :class:`sqlite_utils.Database`. ``path`` may be ``":memory:"`` for a throw-away store.
+    ``create=False`` (readers: reports, ``horus model classes``) refuses a path where no database
+    exists instead of creating one, and its directory, there.
     """
+    if not create and str(path) != ":memory:" and not os.path.isfile(path):
+        raise HorusError(f"no history database at {path} (`horus ingest` and `horus collect` create it; "
+                         "or give --db)")
     if str(path) != ":memory:":
         parent = Path(path).parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise HorusError(f"cannot create directory {parent} for the history database: {exc.strerror}")
+        make_private(path)  # 0640, and so its -wal and -shm: it names every user's jobs
     try:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch is one transaction.
         conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
