@@ -35,6 +35,7 @@ import os
 import random
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from slurm_horus.collect.records import JOB_COLUMNS  # noqa: E402
 from slurm_horus.collect.sampler import store_batches  # noqa: E402
 from slurm_horus.collect.shipping import CREDENTIAL_HEADER, PATH, credential_payload, receiver_reachable  # noqa: E402
 from slurm_horus.localcluster.prereq import find_program  # noqa: E402
+from slurm_horus.store import db as store_db  # noqa: E402
 from slurm_horus.store.db import open_db  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", 1000))
@@ -64,6 +66,7 @@ SENDERS = 8
 DAYS = int(os.environ.get("BENCH_DAYS", 30))
 JOBS_PER_DAY = int(os.environ.get("BENCH_JOBS_PER_DAY", 10000))
 HISTORY_SAMPLE_S = int(os.environ.get("BENCH_HISTORY_SAMPLE_S", 3600))
+BUILD = os.environ.get("BENCH_HISTORY_BUILD", "migrate")  # or "store": every sample through store_batches
 USERS = 400
 SAMPLES_PER_DAY = NODES * GPUS * 86400 // SAMPLE_S
 
@@ -301,31 +304,76 @@ def _history_batches(jobs, start):
         yield {"node": node, "gpus": gpus_rows, "jobs": use_rows}
 
 
+def _chunks(items, size):
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _migrated_history(db_path, batches):
+    """The history as a version-1 file (raw samples only, no triggers), then opened: the migration
+    fills the rollups from them (the same rows the triggers make, tests/test_history_store.py) and
+    rebuilds the raw tables as the store keeps them. Minutes instead of the hour the trigger path
+    takes on a loaded 2-core machine; a GPU's name is on its first sample only, as the store keeps it
+    in ``gpus`` and not on every sample."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("BEGIN")
+    for statement in store_db._statements(store_db.MIGRATIONS[0]):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    named = set()
+    for chunk in _chunks(batches, 64):
+        gpu_rows, use_rows = [], []
+        for batch in chunk:
+            for g in batch["gpus"]:
+                key = (g["node"], g["gpu_index"])
+                name = None if key in named else g.get("gpu_name")
+                named.add(key)
+                gpu_rows.append((g["node"], g["gpu_index"], g["ts"], name, g.get("gpu_util"), g.get("mem_total_mb"),
+                                 g.get("job_ids")))
+            use_rows += [(u["job_id"], u["node"], u["gpu_index"], u["ts"], u.get("sm_util"), u.get("mem_used_mb"),
+                          u.get("shared")) for u in batch["jobs"]]
+        conn.executemany("INSERT INTO gpu_samples (node, gpu_index, ts, gpu_name, gpu_util, mem_total_mb, job_ids) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)", gpu_rows)
+        conn.executemany("INSERT INTO job_gpu_use (job_id, node, gpu_index, ts, sm_util, mem_used_mb, shared) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)", use_rows)
+    conn.execute("COMMIT")
+    conn.close()
+    return open_db(db_path)
+
+
 def history_part(work):
     keep = os.environ.get("BENCH_HISTORY_DB")  # build once into this file, reuse it next time
     db_path = Path(keep) if keep else work / "history.db"
     reuse = keep and db_path.exists()
-    db = open_db(db_path)
     now = int(time.time())
-    start = int(db.execute("SELECT min(start_time) FROM jobs").fetchone()[0]) if reuse else now - DAYS * 86400
+    start = now - DAYS * 86400
+    if reuse:
+        with open_db(db_path).conn as conn:
+            start = int(conn.execute("SELECT min(start_time) FROM jobs").fetchone()[0])
     rng = random.Random(7)
     jobs_s = samples_s = None
     if not reuse:
-        began = time.perf_counter()
         jobs = _jobs(start, rng)
+        began = time.perf_counter()
+        if BUILD == "store":
+            db = open_db(db_path)
+            for chunk in _chunks(_history_batches(jobs, start), 64):
+                store_batches(db, chunk)
+        else:
+            db = _migrated_history(db_path, _history_batches(jobs, start))
+        samples_s = time.perf_counter() - began
+        began = time.perf_counter()
         write_rows(db, jobs, [])
         jobs_s = time.perf_counter() - began
-        began = time.perf_counter()
-        pending, stored = [], 0
-        for batch in _history_batches(jobs, start):
-            pending.append(batch)
-            if len(pending) >= 64:
-                stored += store_batches(db, pending)
-                pending = []
-        if pending:
-            stored += store_batches(db, pending)
-        samples_s = time.perf_counter() - began
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    else:
+        db = open_db(db_path)
     sizes = dict(db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
     rollup_bytes = sum(v for k, v in sizes.items() if k.startswith(("job_gpu_summary", "cluster_hourly", "gpus",
                                                                       "sqlite_autoindex_job_gpu_summary",
@@ -357,8 +405,8 @@ def history_part(work):
         "days": DAYS, "jobs": counts["jobs"], "jobs_per_day": round(counts["jobs"] / DAYS),
         "rollup_rows": {k: counts[k] for k in ("job_gpu_summary", "cluster_hourly", "gpus")},
         "history_sample_every_s": HISTORY_SAMPLE_S, "raw_gpu_rows_built": counts["gpu_samples"],
-        "build_s": {"jobs": jobs_s and round(jobs_s, 1), "samples_through_store": samples_s and round(samples_s, 1),
-                    "reused": bool(reuse)},
+        "build_s": {"jobs": jobs_s and round(jobs_s, 1), "samples": samples_s and round(samples_s, 1),
+                    "samples_by": BUILD, "reused": bool(reuse)},
         "rollups_mb_per_day": round(rollup_bytes / DAYS / 2 ** 20, 2),
         "jobs_table_mb_per_day": round(job_bytes / DAYS / 2 ** 20, 2),
         "report_users_s": [round(t, 2) for t in timings["users"]], "report_users_rows": users_rows,

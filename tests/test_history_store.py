@@ -183,12 +183,16 @@ def test_pruned_raw_samples_leave_the_rollups_and_a_late_batch_counts_nothing_tw
     assert prune_raw(db, raw_days=0, now=99 * day) == 0  # 0: keep everything
 
 
-def test_overlaps_finds_exactly_the_pairs_that_held_a_gpu_at_once():
-    """The sweep (with its numpy pre-split into runs of overlapping jobs) against the definition:
-    every two jobs on one GPU whose [start, end) intersect, overlap = min(ends) - max(starts)."""
+@pytest.mark.parametrize("paired_run_max", [64, 2])  # 2: runs of three or more go through the heap sweep
+def test_overlaps_finds_exactly_the_pairs_that_held_a_gpu_at_once(monkeypatch, paired_run_max):
+    """The sweep (numpy's runs of overlapping jobs, their pairs at once or by the heap) against the
+    definition: every two jobs on one GPU whose [start, end) intersect, overlap = min(ends) - max(starts)."""
     import random
 
+    from slurm_horus.store import queries
     from slurm_horus.store.queries import job_gpus, overlaps
+
+    monkeypatch.setattr(queries, "PAIRED_RUN_MAX", paired_run_max)
 
     for seed in range(200):
         rng = random.Random(seed)

@@ -25,10 +25,13 @@ import re
 import time
 from collections import defaultdict
 
+import numpy as np
+
 from ..store.decisions import decision
 from ..store.models import model_history
 from ..store.samples import raw_horizon
-from ..store.queries import co_runs, corunners_of, holds_gpus, job_gpus, jobs_since, sampled_gpus, shared_gpu_seconds
+from ..store.queries import (HOLDS_GPUS_SQL, co_runs, corunners_of, gpu_lists, holds_gpus, job_gpus, job_rows_since,
+                             jobs_since, sampled_gpus, shared_gpu_seconds)
 
 IDLE_UTIL = 1.0
 LOW_UTIL = 30.0
@@ -430,39 +433,50 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None, u
     """
     now = int(now if now is not None else time.time())
     column = GROUP_COLUMNS[by]
-    fields = ("job_id", "start_time", "end_time", "nodes", "gpu_indices", "n_gpus", "shards", column)
-    jobs = [j for j in jobs_since(db, since, until, fields=fields, where="user = ?" if user else "",
-                                  params=[user] if user else []) if holds_gpus(j)]
+    where, params = [HOLDS_GPUS_SQL], []
+    if user:
+        where.append("user = ?")
+        params.append(user)
+    # columns, not a dict per job: a month of a large site is 300,000 jobs (docs/site-scale.md)
+    fields = ("job_id", "start_time", "end_time", "nodes", "gpu_indices", "n_gpus", column)
+    rows = job_rows_since(db, since, until, where=" AND ".join(where), params=params, fields=fields)
+    job_ids, starts, ends, nodes, indices, n_gpus, keys = (list(c) for c in zip(*rows)) if rows else [[]] * 7
     util = dict(db.execute("SELECT job_id, sum(sm_sum) / sum(sm_n) FROM job_gpu_summary WHERE last_ts >= ? "
                            "GROUP BY job_id HAVING sum(sm_n) > 0", [(since or 0) - 86400]).fetchall())
     # sacct's per-GPU types already say where indexed jobs ran; samples are needed for the others.
-    sampled = sampled_gpus(db, [j["job_id"] for j in jobs if not j["gpu_indices"]])
+    sampled = sampled_gpus(db, [j for j, i in zip(job_ids, indices) if not i])
+    ends = [end or now for end in ends]
     # A GPU-second held together with one other job counts half for each (one GPU did two jobs' work).
-    saved = {job_id: seconds / 2.0 for job_id, seconds in shared_gpu_seconds(jobs, sampled, now).items()}
+    shared = shared_gpu_seconds(gpu_lists(job_ids, nodes, indices, sampled), starts, ends)
     hurt = {row[0] for row in db.execute(
         "SELECT DISTINCT job_id FROM observations WHERE norm_tput < ?", [1.0 / slowdown_limit])}
-    groups = {}
-    for job in jobs:
-        key = job[column] or "(none)"
-        g = groups.setdefault(key, {by[:-1]: key, "jobs": 0, "gpu_hours": 0.0, "used_gpu_hours": 0.0,
-                                    "measured_gpu_hours": 0.0, "saved_gpu_hours": 0.0, "shared_jobs": 0,
-                                    "hurt_jobs": 0})
-        end = job["end_time"] or now
-        hours = max(0, end - job["start_time"]) / 3600.0 * max(1, job["n_gpus"] or 0)
-        g["jobs"] += 1
-        g["gpu_hours"] += hours
-        if util.get(job["job_id"]) is not None:
-            g["measured_gpu_hours"] += hours
-            g["used_gpu_hours"] += hours * util[job["job_id"]] / 100.0
-        g["saved_gpu_hours"] += saved.get(job["job_id"], 0.0) / 3600.0
-        g["shared_jobs"] += job["job_id"] in saved
-        g["hurt_jobs"] += job["job_id"] in hurt
+    names = {}
+    group = np.fromiter((names.setdefault(key or "(none)", len(names)) for key in keys), dtype=np.int64,
+                        count=len(keys))
+    hours = np.maximum(0, np.asarray(ends, dtype=np.float64) - np.asarray(starts, dtype=np.float64)) / 3600.0 \
+        * np.maximum(1, np.asarray([n or 0 for n in n_gpus], dtype=np.float64))
+    job_util = np.asarray([util.get(job_id) for job_id in job_ids], dtype=np.float64)  # None: nan
+    measured = ~np.isnan(job_util)
+
+    def per_group(weights=None):
+        return np.bincount(group, weights, minlength=len(names))
+
+    sums = {"jobs": per_group(), "gpu_hours": per_group(hours),
+            "used_gpu_hours": per_group(np.where(measured, hours * np.nan_to_num(job_util) / 100.0, 0.0)),
+            "measured_gpu_hours": per_group(np.where(measured, hours, 0.0)),
+            "saved_gpu_hours": per_group(shared / 2.0 / 3600.0), "shared_jobs": per_group(shared > 0),
+            "hurt_jobs": per_group(np.fromiter((job_id in hurt for job_id in job_ids), dtype=bool, count=len(job_ids)))}
     rows = []
-    for g in sorted(groups.values(), key=lambda r: -r["gpu_hours"]):
+    for name, k in sorted(names.items(), key=lambda item: -sums["gpu_hours"][item[1]]):
+        g = {by[:-1]: name}
+        for field in ("jobs", "gpu_hours", "used_gpu_hours", "measured_gpu_hours", "saved_gpu_hours", "shared_jobs",
+                      "hurt_jobs"):
+            value = sums[field][k].item()
+            g[field] = int(value) if field in ("jobs", "shared_jobs", "hurt_jobs") else value
         g["mean_util"] = round(100 * g["used_gpu_hours"] / g["measured_gpu_hours"], 1) \
             if g["measured_gpu_hours"] else None
-        for k in ("gpu_hours", "used_gpu_hours", "measured_gpu_hours", "saved_gpu_hours"):
-            g[k] = round(g[k], 3)
+        for field in ("gpu_hours", "used_gpu_hours", "measured_gpu_hours", "saved_gpu_hours"):
+            g[field] = round(g[field], 3)
         rows.append(g)
     return {"by": by, "since": since, "until": until, "user": user, "rows": rows}
 
