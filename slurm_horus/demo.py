@@ -88,15 +88,8 @@ def _util_export(job_class):
     return f"--export=ALL,DEMO_UTIL={DEMO_UTIL.get(job_class, 20)}"
 
 
-# the first jobs (plain sbatch) run longer than the rest: they must still run when the horus-sbatch
-# jobs join them, and submitting those took up to 15 s on a loaded machine (each horus-sbatch is a
-# Python start); the tour does not get longer, the last jobs end later anyway
-FIRST_JOBS_SECONDS = 24
-
-
 def submit_with_sbatch(ctx, label, job_class, extra):
-    args = (extra or ["--gres=gpu:1"]) + [f"--job-name={label}",
-                                          _util_export(job_class) + f",DEMO_SECONDS={FIRST_JOBS_SECONDS}"]
+    args = (extra or ["--gres=gpu:1"]) + [f"--job-name={label}", _util_export(job_class)]
     if job_class:
         args.append(f"--comment=class={job_class}")
     job_id = ctx.cluster.sbatch(args, JOB_SCRIPT)
@@ -135,21 +128,29 @@ def start_collectors(ctx):
     env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
     for node in ctx.cluster.node_names():
         spool = ctx.cluster.root / "run" / f"collect-{node}.db"
-        ctx.collectors.append((spool, subprocess.Popen(
+        ctx.collectors.append((spool, node, subprocess.Popen(
             [sys.executable, "-m", "slurm_horus", "collect", "--backend", "standin", "--node", node,
              "--interval", "1", "--spool", str(spool), "--ship-every", "5",
-             "--slurm-conf", str(ctx.cluster.slurm_conf)],
+             "--slurm-conf", str(ctx.cluster.slurm_conf)] + _shipping(ctx, node),
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             cwd=str(ctx.cluster.root))))
     ctx.echo(f"    horus collect --backend standin on {', '.join(ctx.cluster.node_names())} "
              "(NVML stand-in: these fake GPUs report what the jobs claim)")
+    ctx.echo(f"      shipping with --ship-to {ctx.cluster.ship_to} (horus receive, the one writer of the "
+             "history db; each node's munged signs its batches)")
+
+
+def _shipping(ctx, node):
+    """A collector ships to the cluster's receiver, signed by its own node's munged."""
+    return ["--ship-to", ctx.cluster.ship_to, "--munge-socket", str(ctx.cluster.layout.node_munge_socket(node))]
 
 
 def stop_collectors(ctx):
-    for spool, process in ctx.collectors:
+    for spool, node, process in ctx.collectors:
         process.terminate()
         process.wait(timeout=30)
-        horus_command(ctx, ["collect", "--ship", "--spool", str(spool)])  # what was not shipped yet
+        # what was not shipped yet
+        horus_command(ctx, ["collect", "--ship", "--spool", str(spool)] + _shipping(ctx, node))
     ctx.collectors = []
 
 
@@ -319,7 +320,7 @@ def run_demo(steps=None, echo=click.echo, directory=None, keep=False, cluster=No
             step.run(ctx)
             echo(f"    ({time.monotonic() - step_started:.1f} s)")
     finally:
-        for _spool, process in ctx.collectors:
+        for _spool, _node, process in ctx.collectors:
             process.kill()
         if ctx.cluster is not None:
             if keep:

@@ -4,7 +4,7 @@
 replaces the caller's environment (a local cluster's puts its Slurm's commands first on PATH).
 """
 
-from .parse import jobs_from_doc, nodes_are_grouped, nodes_from_doc, parse_sacct
+from .parse import jobs_from_doc, nodes_are_grouped, nodes_from_doc, parse_ping, parse_sacct
 from .openapi import document_version, loads
 from .runner import run_slurm
 from .version import SlurmVersion
@@ -57,6 +57,13 @@ class SlurmSource:
 def sinfo(slurm_conf=None, timeout=10.0, env=None):
     """[NodeInfo] of every node."""
     return SlurmSource(slurm_conf, timeout, env).nodes()
+
+
+def controllers(slurm_conf=None, timeout=10.0, env=None):
+    """[ControllerStatus] of every SlurmctldHost, from ``scontrol ping`` (which exits non-zero when
+    one is down, and still says which)."""
+    return parse_ping(run_slurm(["scontrol", "ping"], slurm_conf=slurm_conf, timeout=timeout, check=False,
+                                env=env).stdout)
 
 
 def squeue(slurm_conf=None, timeout=10.0, env=None, job_ids=None):
