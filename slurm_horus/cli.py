@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "report": "slurm_horus.report.cli:report",
     "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",
+    "fake-job": "slurm_horus.sim.cli:fake_job",
 }
 
 
