@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",
     "fake-job": "slurm_horus.sim.cli:fake_job",
+    "replay": "slurm_horus.replay.cli:replay_command",
 }
 
 

@@ -55,7 +55,12 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
                 cell += f" ({summary[key] / base[key]:.2f}x)"
             row.append(cell)
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return text_table(rows)
+
+
+def text_table(rows) -> str:
+    """Rows of strings (the first one the header) as aligned columns under a rule."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

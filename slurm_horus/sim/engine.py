@@ -64,6 +64,9 @@ class SimOptions:
     queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
     max_timeline: int = 600  # points kept for the utilization plot
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+    # what policies are told of a job's run time: "oracle" (the trace's true duration) or "limit"
+    # (only its time limit, which is what horusd knows today; a trace carries none, so none)
+    durations: str = "oracle"
 
 
 @dataclass
@@ -90,7 +93,7 @@ class Simulator:
         self.options = options or SimOptions()
         self.progress = progress
         width = state.node_gpu_table.shape[1]
-        self.jobs = [SimJob(i, t, self._request(t, width)) for i, t in enumerate(trace)]
+        self.jobs = [SimJob(i, t, self._request(t, width, self.options.durations)) for i, t in enumerate(trace)]
         self.heap: List[tuple] = []
         self.seq = 0
         self.queue: List[tuple] = []  # sorted (policy key, job idx)
@@ -109,7 +112,7 @@ class Simulator:
         self.has_guard = type(policy).urgent_duration is not Policy.urgent_duration
 
     @staticmethod
-    def _request(t: TraceJob, width: int) -> JobRequest:
+    def _request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequest:
         n = t.num_gpus
         gpn = t.gpus_per_node
         if not gpn:
@@ -121,7 +124,8 @@ class Simulator:
                     nodes += 1
                 gpn = n // nodes
         return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
-                          mem_mb=t.mem_mb, partition=t.partition, predicted_duration=t.duration,
+                          mem_mb=t.mem_mb, partition=t.partition, time_limit=t.time_limit,
+                          predicted_duration=t.duration if durations == "oracle" else None,
                           user=t.user, submit_time=t.submit_time,
                           extra_partitions=("infer",) if t.partition == "train" else ())
 

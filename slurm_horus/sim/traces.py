@@ -50,6 +50,7 @@ class TraceJob:
     mem_mb: float = 0.0
     kind: str = "train"  # or "infer"
     gpu_fraction: float = 1.0
+    time_limit: Optional[float] = None  # seconds, when the job was given one (a live site knows it)
     source: str = ""  # file:line, for error messages
     extra: Dict[str, str] = field(default_factory=dict)
 
