@@ -9,7 +9,8 @@ when it declares one (``solo_s=`` in its comment, ``collect/records.declared_sol
 site's per-job overhead (the mean of elapsed minus declared over the declaring jobs that ran alone),
 else the median elapsed time of the solo runs of class C (right when a class's jobs do the same
 work). Only completed jobs count, only when every co-runner is of one class, and only when the
-shared part is at least MIN_SHARED_FRACTION of the run (a short overlap says little). The per-process utilization while sharing vs solo is kept
+shared part is at least MIN_SHARED_FRACTION of the run and MIN_SHARED_S long (a short overlap says
+little: sacct's times are whole seconds, so x is off by up to about 1 s / t2). The per-process utilization while sharing vs solo is kept
 alongside (``util_shared`` / ``util_solo``) as a second, independent sign of interference.
 
 Refit: the chosen predictor (default ``chain``) is fitted on the built-in priors plus the local
@@ -27,6 +28,7 @@ from ..store.models import load_model, save_model
 from ..store.queries import co_runs, jobs_since, sampled_gpus
 
 MIN_SHARED_FRACTION = 0.2
+MIN_SHARED_S = 10
 MIN_NORM_TPUT = 0.02
 
 _KNOWN_GPU_NAMES = ("h200", "h100", "a100", "a40", "a30", "a10", "l40s", "l4", "v100", "p100", "t4",
@@ -91,7 +93,7 @@ def derive_observations(db, default_gpu_type="v100", since=None, now=None):
         total = job["elapsed_s"]
         solo_time = own + overhead if own is not None else statistics.median(solo[job["job_class"]])
         shared = min(total, sum(entry["overlap_s"] for entry in mine.values()))
-        if shared < MIN_SHARED_FRACTION * total:
+        if shared < MIN_SHARED_FRACTION * total or shared < MIN_SHARED_S:
             continue
         norm = 1.0 - (total - solo_time) / shared
         norm = max(MIN_NORM_TPUT, min(1.0, norm))

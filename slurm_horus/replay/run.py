@@ -15,7 +15,9 @@ import copy
 import math
 import shutil
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -27,6 +29,7 @@ from .live import LiveJob, LiveRun, summarize_live
 TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "TIMEOUT"}
 OOM_MARK = "out of memory (emulated)"
+SUBMIT_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,8 @@ class LiveReplay:
                 self.progress(f"processes left behind: {survivors}")
 
     # ---- submissions ----------------------------------------------------------------------------
-    def _submit(self, job: LiveJob):
+    def _submit(self, job: LiveJob) -> int:
+        """sbatch one attempt of ``job`` (called from the submitting threads)."""
         setup = self.setup
         work = max(0.0, job.trace.duration / setup.speedup - setup.turnaround_s)
         script = job_script(work, job.trace.job_class, setup.truth_spec, status_dir=str(self.status_dir),
@@ -165,44 +169,62 @@ class LiveReplay:
         args = _request_args(job.trace, setup.gpus) + [
             f"--time={setup.time_limit_min}", f"--job-name={job.trace.job_id}",
             f"--comment=class={job.trace.job_class} solo_s={work:.3f}"]
-        slurm_id = self.cluster.sbatch(args, script)
-        job.attempts.append(slurm_id)
-        self.by_slurm_id[slurm_id] = job
-        return slurm_id
+        return self.cluster.sbatch(args, script)
 
     def run(self) -> LiveRun:
+        """Submit every job at its time, resubmit those failed like an OOM, wait until all ended.
+
+        sbatch runs in a few threads, so that a slow sbatch (slurmctld busy, job_submit.lua asking
+        horusd) does not delay the next arrivals; each lag (actual - intended wall time) is kept."""
         setup = self.setup
         start = min((j.trace.submit_time for j in self.jobs), default=0.0)
         due = sorted(((j.trace.submit_time - start) / setup.speedup, j.idx) for j in self.jobs)
         retries: List[tuple] = []
         lags = []
+        lock = threading.Lock()
+        active = set()
         t0 = time.time()
         began = time.monotonic()
-        next_poll = next_note = 0.0
-        active = set()
-        while due or retries or active:
-            now = time.time() - t0
-            while due and due[0][0] <= now:
-                at, idx = due.pop(0)
-                active.add(self._submit(self.jobs[idx]))
+
+        def submit(job, at):
+            slurm_id = self._submit(job)
+            with lock:
+                job.attempts.append(slurm_id)
+                self.by_slurm_id[slurm_id] = job
+                active.add(slurm_id)
                 lags.append(time.time() - t0 - at)
-            retries.sort()
-            while retries and retries[0][0] <= now:
-                _, idx = retries.pop(0)
-                active.add(self._submit(self.jobs[idx]))
-            if now >= next_poll and active:
-                next_poll = now + 0.5
-                for slurm_id in self._finished(active):
-                    active.discard(slurm_id)
-                    job = self.by_slurm_id[slurm_id]
-                    if self.states[slurm_id] == "FAILED" and self._failed_like_oom(slurm_id):
-                        job.oom_attempts += 1
-                        retries.append((time.time() - t0 + setup.oom_penalty / setup.speedup, job.idx))
-            if now >= next_note:
-                next_note = now + 2.0
-                self._note(now, len(self.jobs) - len(due), active)
-            waits = [0.5] + ([due[0][0] - now] if due else []) + ([retries[0][0] - now] if retries else [])
-            time.sleep(max(0.005, min(waits)))
+
+        next_poll = next_note = 0.0
+        inflight = []
+        with ThreadPoolExecutor(max_workers=SUBMIT_THREADS, thread_name_prefix="replay-sbatch") as pool:
+            while due or retries or active or inflight:
+                now = time.time() - t0
+                while due and due[0][0] <= now:
+                    at, idx = due.pop(0)
+                    inflight.append(pool.submit(submit, self.jobs[idx], at))
+                retries.sort()
+                while retries and retries[0][0] <= now:
+                    at, idx = retries.pop(0)
+                    inflight.append(pool.submit(submit, self.jobs[idx], at))
+                for future in [f for f in inflight if f.done()]:
+                    inflight.remove(future)
+                    future.result()  # an sbatch that failed stops the replay (its daemons are stopped)
+                if now >= next_poll:
+                    next_poll = now + 0.5
+                    with lock:
+                        watched = set(active)
+                    for slurm_id in self._finished(watched):
+                        with lock:
+                            active.discard(slurm_id)
+                        job = self.by_slurm_id[slurm_id]
+                        if self.states[slurm_id] == "FAILED" and self._failed_like_oom(slurm_id):
+                            job.oom_attempts += 1
+                            retries.append((now + setup.oom_penalty / setup.speedup, job.idx))
+                if now >= next_note:
+                    next_note = now + 2.0
+                    self._note(now, len(self.jobs) - len(due), active)
+                waits = [0.05] + ([due[0][0] - now] if due else []) + ([retries[0][0] - now] if retries else [])
+                time.sleep(max(0.002, min(waits)))
         self._note(time.time() - t0, len(self.jobs), active)
         rows = self._sacct(t0)
         return LiveRun(self.policy, self.jobs, rows, t0, start, setup.speedup, setup.n_gpus,
@@ -308,14 +330,16 @@ def replay(setup: ReplaySetup, policies: Sequence[str], progress: Callable[[str]
     for policy in policies:
         sim_result = run_sim(setup, policy)
         sim = summarize(sim_result)
+        started = time.monotonic()
         live_run = run_live(setup, policy, progress)
+        total_s = time.monotonic() - started  # cluster up, the run, sacct, history, cluster down
         live = summarize_live(live_run, setup.truth, setup.gpu_type)
         runs[policy] = {"live": live_run, "sim": sim_result}
         lags = sorted(live_run.submit_lag_s) or [0.0]
         out[policy] = {
             "live": live, "sim": sim,
             "live_vs_sim": {k: (live[k] / sim[k] if sim[k] else None) for k in LIVE_VS_SIM_KEYS},
-            "wall_s": round(live_run.wall_s, 1),
+            "wall_s": round(live_run.wall_s, 1), "total_s": round(total_s, 1),
             "submit_lag_s": {"median": round(lags[len(lags) // 2], 3), "max": round(lags[-1], 3)},
             "history_db": str(history_db(setup, policy)) if setup.history_dir else None,
         }
