@@ -122,8 +122,10 @@ def test_replay_on_real_slurm_beside_the_simulator(tmp_path, clusters):
         assert live["jobs"] == sim["jobs"] == 6 and live["unfinished"] == 0
         for key in ("makespan", "mean_jct", "median_jct", "p99_jct", "mean_queueing_delay", "shared_share"):
             assert key in live and key in sim
-        # loose on purpose (6 jobs, 1 s sacct resolution = 100 trace-s): the bench checks 10 %
-        assert 0.6 < live["makespan"] / sim["makespan"] < 1.6, (name, live, sim)
+        # in trace seconds: Slurm cannot beat the simulator's instant scheduling by much, and costs at
+        # most ~2 s of wall time per job (its 1 s scheduling passes, start, a loaded machine); how close
+        # live and simulated runs are is measured by bench/bench_replay.py, not here
+        assert 0.9 * sim["makespan"] <= live["makespan"] <= sim["makespan"] + 6 * 2.0 * 100, (name, live, sim)
     assert payload["policies"]["slurm-default"]["live"]["shared_share"] == 0.0
     assert "live/sim" in result.stdout and "slurm-default" in result.stdout
     assert "<svg" in report.read_text()

@@ -3,6 +3,7 @@
 import json
 import re
 import sys
+from pathlib import Path
 
 import click
 
@@ -90,8 +91,8 @@ def replay_command(trace_path, trace_format, truth, cluster, policies, speedup, 
     jobs = prepare_trace(jobs, truth_model, seed, load, nodes * gpus)
     if not jobs:
         raise InputError(f"{trace_path}: no jobs to replay")
-    truth_spec = truth if truth in ("none", "infeasible") or truth.startswith("gavel:") else \
-        str(__import__("pathlib").Path(truth).resolve())
+    # the fake jobs load the truth themselves, from the jobs' working directory: a file by its full path
+    truth_spec = truth if truth in ("none", "infeasible") or truth.startswith("gavel:") else str(Path(truth).resolve())
     setup = ReplaySetup(jobs, truth_model, truth_spec, nodes, gpus, gpu_type, speedup=speedup,
                         turnaround_s=turnaround, history_dir=history_dir, work_dir=work_dir)
     payload, runs = replay(setup, names, progress=lambda line: click.echo(line, err=True))
