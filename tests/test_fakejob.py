@@ -175,3 +175,39 @@ def test_a_pair_the_truth_marks_zero_fails_the_second_job_like_an_oom(slurm_clus
     assert _report(slurm_cluster, resident)["wall"] == pytest.approx(4.0, abs=0.25)
     exit_code = slurm_cluster.run(["scontrol", "show", "job", str(newcomer)]).stdout
     assert f"ExitCode={OOM_EXIT}:0" in exit_code
+
+
+def test_environ_watch_rereads_only_what_may_still_change(tmp_path):
+    """A fake /proc: a job shell that later execs the payload is seen once it does; a process that is
+    not wanted is read again only while it is young; a PID that disappears is forgotten."""
+    from slurm_horus.proc import EnvironWatch
+
+    def process(pid, **env):
+        (tmp_path / str(pid)).mkdir(exist_ok=True)
+        (tmp_path / str(pid) / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()))
+
+    reads = []
+
+    def classify(env):
+        reads.append(env.get("NAME"))
+        if "FAKE" in env:
+            return True
+        return None if "JOB" in env else False
+
+    now = {"t": 0.0}
+    watch = EnvironWatch(classify, proc_root=str(tmp_path), settle_s=1.0, clock=lambda: now["t"])
+    process(10, NAME="daemon")
+    process(11, NAME="shell", JOB="1")
+    assert watch.scan() == {} and sorted(reads) == ["daemon", "shell"]
+    process(11, NAME="payload", JOB="1", FAKE="1")  # the shell execs the payload
+    reads.clear()
+    now["t"] = 0.5
+    assert list(watch.scan()) == [11] and sorted(reads) == ["daemon", "payload"]
+    reads.clear()
+    now["t"] = 1.5  # the daemon has settled, the payload is known: nothing is read
+    assert list(watch.scan()) == [11] and reads == []
+    (tmp_path / "11" / "environ").unlink()
+    (tmp_path / "11").rmdir()
+    assert watch.scan() == {}
+    process(11, NAME="new", JOB="2", FAKE="1")  # the PID comes back: read afresh
+    assert watch.scan()[11]["NAME"] == "new"

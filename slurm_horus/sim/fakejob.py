@@ -215,10 +215,11 @@ class FakeJob:
             self.sleep(min(self.period_s, left / rate) if rate > 0 else self.period_s)
         end = self.clock()
         wall = end - self.started
+        cpu = sum(os.times()[:2])  # what looking every period cost (the interpreter's start included)
         print(f"fake-job: job={self.job_id} class={self.job_class} work={self.work_s:.3f}s wall={wall:.3f}s "
               f"mean_rate={self.work_s / wall if wall > 0 else 1.0:.4f} shared={self.shared_s:.3f}s "
               f"start={self.started:.3f} end={end:.3f} gpus={','.join(map(str, self.gpus)) or '-'} "
-              f"corunners={','.join(self.partners_seen) or '-'}", flush=True)
+              f"corunners={','.join(self.partners_seen) or '-'} cpu={cpu:.3f}s", flush=True)
         self._cleanup()
         return 0
 
