@@ -262,9 +262,8 @@ def replay_short_workload(ctx):
     for line in side_by_side(payload).splitlines():
         ctx.echo(f"      {line}")
     ratios = payload["ratios_to_slurm_default"]["horus"]
-    ctx.echo(f"    horus vs plain Slurm, mean JCT: live {ratios['live']['mean_jct'] - 1:+.0%}, "
-             f"simulated {ratios['sim']['mean_jct'] - 1:+.0%} (horusd decides at submission only today; "
-             "the simulator places the queue whenever a GPU frees)")
+    ctx.echo(f"    horus vs plain Slurm, mean JCT: live {ratios['live']['mean_jct'] - 1:+.0%} (sacct), "
+             f"simulated {ratios['sim']['mean_jct'] - 1:+.0%} (the same placement core, told what horusd knows)")
     result = horus_command(ctx, ["report", "users", "--db", str(history / "horus.db")])
     ctx.echo(f"    horus report users --db {history / 'horus.db'}   (sacct + GPU samples of the horus replay)")
     for line in (result.stdout or result.stderr).rstrip().splitlines():
