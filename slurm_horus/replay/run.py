@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import InputError
+from ..localcluster.cluster import TERMINAL_STATES
 from ..sim.fakejob import job_script
 from .live import LiveJob, LiveRun, summarize_live
 
-TERMINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-            "PREEMPTED", "TIMEOUT"}
 OOM_MARK = "out of memory (emulated)"
 SUBMIT_THREADS = 4
 
@@ -196,9 +195,17 @@ class LiveReplay:
 
         next_poll = next_note = 0.0
         inflight = []
+        # a job that never ends (a placement Slurm cannot honour, a node gone) must not hang the
+        # replay: after the arrivals plus three times the work on the cluster, what is left is cut off
+        work = sum(j.trace.duration * j.trace.num_gpus for j in self.jobs) / setup.n_gpus
+        give_up_s = max(120.0, (due[-1][0] if due else 0.0) + 3 * work / setup.speedup)
         with ThreadPoolExecutor(max_workers=SUBMIT_THREADS, thread_name_prefix="replay-sbatch") as pool:
             while due or retries or active or inflight:
                 now = time.time() - t0
+                if now > give_up_s and not due and not inflight:
+                    self.progress(f"{self.policy}: {len(active)} job(s) still not ended after {now:.0f} s: "
+                                  "giving up on them (they count as unfinished)")
+                    break
                 while due and due[0][0] <= now:
                     at, idx = due.pop(0)
                     inflight.append(pool.submit(submit, self.jobs[idx], at))
@@ -226,7 +233,7 @@ class LiveReplay:
                 waits = [0.05] + ([due[0][0] - now] if due else []) + ([retries[0][0] - now] if retries else [])
                 time.sleep(max(0.002, min(waits)))
         self._note(time.time() - t0, len(self.jobs), active)
-        rows = self._sacct(t0)
+        rows = self._sacct(t0, [j for j, state in self.states.items() if state in TERMINAL_STATES])
         return LiveRun(self.policy, self.jobs, rows, t0, start, setup.speedup, setup.n_gpus,
                        wall_s=time.monotonic() - began, submit_lag_s=lags)
 
@@ -237,7 +244,7 @@ class LiveReplay:
             self.progress(f"squeue failed ({exc}); retrying")
             return []
         self.states.update(states)
-        return [j for j in active if states.get(j) in TERMINAL]
+        return [j for j in active if states.get(j) in TERMINAL_STATES]
 
     def _failed_like_oom(self, slurm_id):
         try:
@@ -247,13 +254,14 @@ class LiveReplay:
 
     def _note(self, now, submitted, active):
         running = sum(1 for j in active if self.states.get(j) == "RUNNING")
-        done = sum(1 for j in self.jobs if j.attempts and self.states.get(j.attempts[-1]) in TERMINAL)
+        done = sum(1 for j in self.jobs if j.attempts and self.states.get(j.attempts[-1]) in TERMINAL_STATES)
         self.progress(f"{self.policy}: {now:6.1f} s wall = {now * self.setup.speedup / 3600:5.2f} h of trace; "
                       f"{submitted}/{len(self.jobs)} submitted, {running} running, "
                       f"{len(active) - running} waiting, {done} done")
 
-    def _sacct(self, t0, timeout=90.0):
-        """sacct's record of every attempt (slurmdbd stores a finished job a moment after it ends)."""
+    def _sacct(self, t0, ended, timeout=90.0):
+        """sacct's record of every attempt; waits until those that ``ended`` show their end there
+        (slurmdbd stores a finished job a moment after it ends)."""
         from ..collect.ingest import SacctSource
 
         source = SacctSource(slurm_conf=str(self.cluster.slurm_conf), mode="json")
@@ -262,10 +270,11 @@ class LiveReplay:
         while True:
             jobs, _steps = source.fetch(int(t0) - 60, int(time.time()) + 60)
             rows = {row["job_id"]: row for row in jobs if row["job_id"] in wanted}
-            complete = all(r.get("end_time") and r["state"] in TERMINAL for r in rows.values())
-            if (len(rows) == len(wanted) and complete) or time.monotonic() > deadline:
-                if len(rows) < len(wanted):
-                    self.progress(f"sacct lacks {len(wanted) - len(rows)} job(s) after {timeout:g} s")
+            missing = [j for j in ended if not (j in rows and rows[j].get("end_time")
+                                                 and rows[j]["state"] in TERMINAL_STATES)]
+            if not missing or time.monotonic() > deadline:
+                if missing:
+                    self.progress(f"sacct lacks the end of {len(missing)} job(s) after {timeout:g} s")
                 return rows
             time.sleep(0.5)
 
