@@ -72,6 +72,9 @@ class ReplaySetup:
     def __post_init__(self):
         if self.speedup <= 0:
             raise InputError("--speedup must be positive")
+        # daemons and collectors get these paths: absolute, whatever their working directory
+        self.history_dir = Path(self.history_dir).resolve() if self.history_dir is not None else None
+        self.work_dir = Path(self.work_dir).resolve() if self.work_dir is not None else None
         if not self.time_limit_min:
             longest = max((j.duration for j in self.jobs), default=60.0)
             # room for a job slowed 4x by sharing: Slurm must never kill a fake job for its time
