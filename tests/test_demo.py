@@ -31,5 +31,5 @@ def test_demo_tour_runs_and_shows_sharing_accounting_report_and_replay():
     assert "Co-runners:" in text
     # the replay: plain Slurm and horus live, each beside the simulator's figures, then the report
     assert re.search(r"^\s+slurm-default\s+live\s+[\d.]+h", text, re.M) and text.count("live/sim") == 2, text
-    assert re.search(r"horus vs plain Slurm, mean JCT: live [+-]\d+%, simulated [+-]\d+%", text), text
+    assert re.search(r"horus vs plain Slurm, mean JCT: live [+-]\d+% \(sacct\), simulated [+-]\d+%", text), text
     assert re.search(r"^\s+root\s+16\s", text, re.M), text
