@@ -26,10 +26,14 @@ horus.DEFAULTS = {
   handle_exclusive = false,
   handle_nodelist = false,
   offers = true, -- take horusd's published offers (docs/horusd.md)
+  breaker_timeouts = 3, -- after this many asks in a row time out, stop asking ...
+  breaker_open_s = 5, -- ... for this long, then try one; each failed try doubles it ...
+  breaker_max_open_s = 60, -- ... up to this
 }
 
 local BOOLEAN_SETTINGS = { handle_exclusive = true, handle_nodelist = true, offers = true }
-local NUMBER_SETTINGS = { timeout_ms = true, max_state_age_s = true, max_offer_age_s = true }
+local NUMBER_SETTINGS = { timeout_ms = true, max_state_age_s = true, max_offer_age_s = true,
+  breaker_timeouts = true, breaker_open_s = true, breaker_max_open_s = true }
 
 local function trim(s)
   return (string.gsub(s, "^%s*(.-)%s*$", "%1"))
@@ -396,9 +400,51 @@ local function over_connection(conf, line, answered)
   return result
 end
 
--- Ask horusd and return its reply line (or nil and why).
+-- The circuit breaker. A hung horusd costs every submission the whole deadline while slurmctld
+-- holds its job lock; after breaker_timeouts asks in a row timed out, nothing is asked for
+-- breaker_open_s seconds (jobs go through unchanged), then one ask tries again: an answer closes
+-- the breaker, another timeout opens it for twice as long (up to breaker_max_open_s). Errors that
+-- cost no time (no socket, connection refused) do not count. ``breaker`` is {timeouts, open_s, until}.
+function horus.breaker_allows(breaker, now)
+  if breaker.until_s ~= nil and now < breaker.until_s then return false, "circuit open" end
+  return true
+end
+
+function horus.is_timeout(err)
+  return type(err) == "string" and string.find(err, "timeout", 1, true) ~= nil
+end
+
+function horus.breaker_after(breaker, timed_out, now, conf)
+  if not timed_out then
+    breaker.timeouts, breaker.open_s, breaker.until_s = 0, nil, nil
+    return breaker
+  end
+  breaker.timeouts = (breaker.timeouts or 0) + 1
+  if breaker.until_s ~= nil then -- the try after an open period failed too
+    breaker.open_s = math.min(2 * breaker.open_s, conf.breaker_max_open_s)
+    breaker.until_s = now + breaker.open_s
+  elseif breaker.timeouts >= conf.breaker_timeouts then
+    breaker.open_s = conf.breaker_open_s
+    breaker.until_s = now + breaker.open_s
+  end
+  return breaker
+end
+
+local breaker = { timeouts = 0 } -- slurmctld keeps this script's state between submissions
+
+local function clock()
+  local ok, socket = pcall(require, "socket")
+  if ok and socket.gettime then return socket.gettime() end
+  return os.time()
+end
+
+-- Ask horusd and return its reply line (or nil and why), unless the breaker is open.
 function horus.ask(conf, line)
-  return over_connection(conf, line, true)
+  local allowed, why = horus.breaker_allows(breaker, clock())
+  if not allowed then return nil, why end
+  local reply, err = over_connection(conf, line, true)
+  horus.breaker_after(breaker, reply == nil and horus.is_timeout(err), clock(), conf)
+  return reply, err
 end
 
 -- Send one line that horusd does not answer (a claim), on the same kept connection.
@@ -508,9 +554,7 @@ local function log(fmt, ...)
 end
 
 local function now_ms()
-  local ok, socket = pcall(require, "socket")
-  if ok and socket.gettime then return socket.gettime() * 1000 end
-  return os.time() * 1000
+  return clock() * 1000
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)

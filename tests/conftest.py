@@ -19,11 +19,13 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slurmdbd)
 
 
-def _cluster(with_dbd):
+def local_cluster(with_dbd=False, **options):
+    """A started LocalCluster (``options`` as LocalCluster takes them), stopped again after the
+    ``yield``: the body of a cluster fixture of any scope (``yield from local_cluster(...)``)."""
     problems = prerequisite_problems(with_dbd=with_dbd)
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
-    cluster = LocalCluster(with_dbd=with_dbd).up()
+    cluster = LocalCluster(with_dbd=with_dbd, **options).up()
     try:
         yield cluster
     finally:
@@ -34,10 +36,10 @@ def _cluster(with_dbd):
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A running 4-node x 4-GPU cluster without accounting (``SLURM_CONF`` in ``cluster.env``)."""
-    yield from _cluster(with_dbd=False)
+    yield from local_cluster(with_dbd=False)
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster_dbd():
     """A running 4-node x 4-GPU cluster with slurmdbd + MariaDB, so sacct works."""
-    yield from _cluster(with_dbd=True)
+    yield from local_cluster(with_dbd=True)

@@ -9,15 +9,7 @@ from slurm_horus.collect.ingest import write_rows
 from slurm_horus.collect.sampler import store_batches
 from slurm_horus.store.db import open_db
 from slurm_horus.store.decisions import record_decision
-from history_data import job
-
-
-def samples(job_id, gpu, start, seconds, sm, mem, shared=0, node="n1"):
-    return [{"gpus": [{"node": node, "gpu_index": gpu, "ts": t, "gpu_util": sm, "mem_total_mb": 16384.0,
-                       "job_ids": str(job_id)}],
-             "jobs": [{"job_id": job_id, "node": node, "gpu_index": gpu, "ts": t, "sm_util": sm,
-                       "mem_used_mb": mem, "shared": shared, "n_procs": 1}]}
-            for t in range(start, start + seconds, 5)]
+from history_data import job, samples
 
 
 @pytest.fixture

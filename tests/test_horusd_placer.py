@@ -396,3 +396,37 @@ def test_a_reload_keeps_queued_claims_the_ledger_and_the_last_claim(tmp_path, mo
     assert f";claimed={offer_id};" in offers_file.read_text()
     fresh_gpus = re.search(r";gpulist=([^;]+);", offers["lm-bs20"]).group(1)
     assert fresh_gpus not in (first["gpulist"], offer_gpus)  # the new placer knows both jobs
+
+
+# ---- issue 15: what one user may hold through the user socket ----------------------------------
+def test_decisions_asked_on_the_user_socket_hold_few_gpus_for_a_short_time():
+    """16 recorded requests of one user once held all 16 GPUs for 60 s, and real jobs went to Slurm."""
+    clock = Clock()
+    placer = make_placer(clock=clock, nodes=[node(f"n{i}") for i in range(1, 5)])
+    replies = [ask(placer, "resnet50-bs64", peer="user", uid=999, user="horustest") for _ in range(16)]
+    held = [r for r in replies if r["action"] == "place"]
+    assert 0 < len(held) <= 4
+    assert "unconfirmed" in replies[-1]["reason"]
+    assert ask(placer, "resnet50-bs64", peer="user", uid=1000)["action"] == "place"  # another user
+    assert ask(placer, "resnet50-bs64", peer="user", uid=999, dry_run=True)["action"] == "place"
+    # job_submit.lua's requests (the controller socket) are not limited
+    assert all(ask(placer, "lm-bs20", peer="controller", uid=999)["action"] == "place" for _ in range(8))
+    clock.now += 20  # horus-sbatch submits at once; a decision nobody submitted lapses soon
+    placer.load_snapshot(Snapshot([node(f"n{i}") for i in range(1, 5)], [], taken_at=clock()))
+    assert all(not entry.from_user for entry in placer.ledger.values())
+    assert ask(placer, "resnet50-bs64", peer="user", uid=999)["action"] == "place"
+
+
+def test_junk_classes_from_users_take_no_offer_slot_and_old_classes_make_room():
+    placer = make_placer()
+    for i in range(64):
+        ask(placer, f"junk{i}", peer="user", uid=999)
+    assert list(placer.requested_classes) == []  # horus-sbatch's requests do not ask for offers
+    for i in range(70):
+        ask(placer, f"old{i}", peer="controller", dry_run=True)  # not recorded: no offer either
+        ask(placer, f"cls{i}", peer="controller")
+        placer.ledger.clear()
+        placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=placer.clock()))
+    ask(placer, "cls3", peer="controller")
+    classes = list(placer.requested_classes)
+    assert len(classes) == 64 and classes[-1] == "cls3" and "cls69" in classes and "cls5" not in classes

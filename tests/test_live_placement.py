@@ -13,8 +13,9 @@ import uuid
 
 import pytest
 
-from slurm_horus.localcluster import LocalCluster, prerequisite_problems
 from slurm_horus.service import protocol
+
+from conftest import local_cluster
 
 pytestmark = pytest.mark.slurm
 
@@ -24,15 +25,7 @@ REPORT = "#!/bin/sh\necho GDO=$GPU_DEVICE_ORDINAL JOB_GPUS=$SLURM_JOB_GPUS\nslee
 
 @pytest.fixture(scope="module")
 def horus_cluster():
-    problems = prerequisite_problems(with_dbd=False)
-    if problems:
-        pytest.fail("; ".join(problems), pytrace=False)
-    cluster = LocalCluster(nodes=2, gpus=4, horus=True).up()
-    try:
-        yield cluster
-    finally:
-        survivors = cluster.down()
-        assert not survivors, f"processes left behind: {survivors}"
+    yield from local_cluster(nodes=2, gpus=4, horus=True)
 
 
 @pytest.fixture

@@ -366,3 +366,57 @@ def test_the_shipped_site_file_reads_the_same_in_lua_and_in_horus(lua, tmp_path)
     assert lua_conf == normalize(lua_twin.parse_config(text))
     for name, value in lua_conf.items():
         assert normalize(getattr(site, name)) == value, name
+
+
+# ---- the circuit breaker (issue 15): a hung horusd must not cost every submission the deadline --
+def run_breaker(allows, after, new, steps, conf):
+    """Drive a breaker through ``steps`` [(time, timed out?)]: asks only when allowed. Returns
+    ([allowed?], final breaker as a dict)."""
+    breaker, allowed = new(), []
+    for now, timed_out in steps:
+        ok, _why = pair(allows(breaker, now))
+        allowed.append(bool(ok))
+        if ok:
+            after(breaker, timed_out, now)
+    return allowed, breaker
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 30, allow_nan=False), st.booleans()), max_size=40),
+       st.sampled_from(CONFIGS[:1] + ["breaker_timeouts = 1\nbreaker_open_s = 0.5\nbreaker_max_open_s = 2\n"]))
+def test_breaker_twin_property(lua, steps, config_text):
+    horus = lua.globals().HORUS
+    steps = [(sum(s[0] for s in steps[:i + 1]), s[1]) for i, s in enumerate(steps)]  # times only grow
+    lua_conf, py_conf = horus.parse_config(config_text), lua_twin.parse_config(config_text)
+    lua_allowed, lua_breaker = run_breaker(horus.breaker_allows,
+                                           lambda b, t, now: horus.breaker_after(b, t, now, lua_conf),
+                                           lambda: lua.table_from({"timeouts": 0}), steps, lua_conf)
+    py_allowed, py_breaker = run_breaker(lua_twin.breaker_allows,
+                                         lambda b, t, now: lua_twin.breaker_after(b, t, now, py_conf),
+                                         lambda: {"timeouts": 0}, steps, py_conf)
+    assert lua_allowed == py_allowed
+    assert normalize(from_lua(lua_breaker)) == normalize(py_breaker)
+
+
+@pytest.mark.parametrize("err", [None, "timeout", "receive: timeout", "connect /x.sock: timeout",
+                                 "connect /x.sock: connection refused", "send: closed", "circuit open"])
+def test_is_timeout_twin(lua, err):
+    assert lua.globals().HORUS.is_timeout(err) == lua_twin.is_timeout(err)
+
+
+def test_breaker_means_what_it_says():
+    conf = lua_twin.parse_config("")  # 3 timeouts, then 5 s; doubling to 60 s
+    breaker = {"timeouts": 0}
+    for now in (0.0, 0.1, 0.2):
+        assert lua_twin.breaker_allows(breaker, now) == (True, None)
+        lua_twin.breaker_after(breaker, True, now, conf)
+    assert lua_twin.breaker_allows(breaker, 0.3) == (False, "circuit open")
+    assert not lua_twin.breaker_allows(breaker, 5.1)[0] and lua_twin.breaker_allows(breaker, 5.3)[0]  # a try 5 s on
+    lua_twin.breaker_after(breaker, True, 5.3, conf)
+    assert not lua_twin.breaker_allows(breaker, 15.2)[0] and lua_twin.breaker_allows(breaker, 15.4)[0]  # then 10 s
+    lua_twin.breaker_after(breaker, False, 15.4, conf)  # horusd answers again: closed
+    assert breaker == {"timeouts": 0} and lua_twin.breaker_allows(breaker, 15.5)[0]
+    lua_twin.breaker_after(breaker, True, 16, conf)
+    lua_twin.breaker_after(breaker, False, 16.1, conf)  # a refused connection costs nothing: no count
+    lua_twin.breaker_after(breaker, True, 16.2, conf)
+    assert lua_twin.breaker_allows(breaker, 16.3)[0]

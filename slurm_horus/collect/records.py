@@ -6,10 +6,12 @@ returns. What each row keeps beyond sacct's own fields:
 * ``gres_alloc``: the GRES part of AllocTRES (``gpu:g2=1,gpu=1,shard=2``);
 * ``gpu_indices``: which GPUs the job held. sacct prints no IDX, but a site that gives each GPU its
   own GRES type ``gK`` (horus' indexed binding, the local cluster) records ``gres/gpu:gK`` and, when
-  ``gres/shard:gK`` is in AccountingStorageTRES, ``gres/shard:gK``; otherwise a ``gpus=`` token of
-  the ``horus:`` admin comment tells;
-* ``horus_tokens`` / ``horus_id``: the ``horus:`` tokens of AdminComment and Comment;
-* ``job_class``: ``class=`` token (horus: or plain comment), else the job name.
+  ``gres/shard:gK`` is in AccountingStorageTRES, ``gres/shard:gK``; otherwise the ``gpus=`` field of
+  a verified ``horus:`` token tells (:func:`apply_decision_token`);
+* ``horus_tokens`` / ``horus_id``: the ``horus:`` token of AdminComment. Never of Comment: users
+  write that, and a token there would let them claim GPUs and decisions. The ingest keeps the token
+  only when its decision is in the history (``collect/ingest.py``);
+* ``job_class``: ``class=`` in the (user's) comment, else the job name; a verified token's class wins.
 """
 
 import json
@@ -52,14 +54,11 @@ def declared_solo_s(comment):
     return float(match.group(1)) if match else None
 
 
-def job_class_of(name, comment, admin_comment, tokens):
-    """Class of a job: horus token ``class=``, else ``class=`` in the comment, else the job name."""
-    if tokens.get("class"):
-        return tokens["class"]
-    for text in (comment, admin_comment):
-        match = _CLASS_WORD.search(text or "")
-        if match:
-            return match.group(1)
+def job_class_of(name, comment):
+    """Class of a job as its user declared it: ``class=`` in the comment, else the job name."""
+    match = _CLASS_WORD.search(comment or "")
+    if match:
+        return match.group(1)
     return name or None
 
 
@@ -68,17 +67,13 @@ def gres_from_tres(entries):
     parts, n_gpus, shards, indices = [], 0, 0, set()
     for name, gres_type, count in entries:
         parts.append(f"{name}:{gres_type}={count}" if gres_type else f"{name}={count}")
-        if gres_type is None:
-            if name == "gpu":
-                n_gpus = max(n_gpus, count)
-            elif name == "shard":
-                shards = max(shards, count)
-        else:
-            match = _TYPED_INDEX.match(gres_type)
-            if match and count > 0 and name in ("gpu", "shard"):
-                indices.add(int(match.group(1)))
-            if name == "gpu":
-                n_gpus = max(n_gpus, count)
+        if name == "gpu":
+            n_gpus = max(n_gpus, count)
+        elif name == "shard":
+            shards = max(shards, count)
+        match = _TYPED_INDEX.match(gres_type or "")
+        if match and count > 0 and name in ("gpu", "shard"):
+            indices.add(int(match.group(1)))
     return ",".join(sorted(parts)), n_gpus, shards, indices
 
 
@@ -132,9 +127,7 @@ def _mem_mb(text):
 
 def _finish_job_row(row, gres_entries, req_text):
     gres_text, n_gpus, shards, indices = gres_from_tres(gres_entries)
-    decision_id, tokens = parse_horus_tokens(row["admin_comment"], row["comment"])
-    if not indices and tokens.get("gpus"):
-        indices = _gpus_token_indices(tokens["gpus"])
+    decision_id, tokens = parse_horus_tokens(row["admin_comment"])  # users write Comment: never from there
     row.update(
         gres_alloc=gres_text or None,
         gres_req=req_text or None,
@@ -143,8 +136,25 @@ def _finish_job_row(row, gres_entries, req_text):
         gpu_indices=_indices_text(indices),
         horus_id=decision_id,
         horus_tokens=json.dumps(tokens, sort_keys=True) if tokens else None,
-        job_class=job_class_of(row["name"], row["comment"], row["admin_comment"], tokens),
+        job_class=job_class_of(row["name"], row["comment"]),
     )
+    return row
+
+
+def apply_decision_token(row):
+    """A row whose ``horus:`` token names a decision the history holds: the token's class, and the
+    GPUs of its ``gpus=`` field when sacct recorded the allocation but no index (shards)."""
+    tokens = json.loads(row["horus_tokens"]) if row.get("horus_tokens") else {}
+    if tokens.get("class"):
+        row["job_class"] = tokens["class"]
+    if not row.get("gpu_indices") and tokens.get("gpus") and (row.get("n_gpus") or row.get("shards")):
+        row["gpu_indices"] = _indices_text(_gpus_token_indices(tokens["gpus"]))
+    return row
+
+
+def drop_decision_token(row):
+    """A row whose token names no decision the history holds: nothing of it is believed."""
+    row["horus_id"] = row["horus_tokens"] = None
     return row
 
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 
+from ..private import make_private
 from ..service import protocol
 from . import procs
 
@@ -41,6 +42,7 @@ def start_horusd(cluster, timeout):
     log = layout.log / "horusd.log"
     env = cluster._daemon_env()
     env["HORUS_CONFIG"] = str(cluster.horus_config)
+    make_private(layout.log / "horusd.stdout")
     with open(layout.log / "horusd.stdout", "ab") as out:
         child = subprocess.Popen([sys.executable, "-m", "slurm_horus", "serve", "--log-file", str(log)],
                                  env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,

@@ -4,6 +4,7 @@ Pure: imports numpy and the interference contract only (no Slurm, SQLite, socket
 so ``horusd``, ``horus-sbatch`` and ``horus simulate`` run the very same decisions.
 """
 
+from .cycle import CycleOptions, CycleResult, PendingQueue, run_cycle
 from .framework import Cycle, Policy, SchedulingContext
 from .pairs import PairTable
 from .policies import POLICY_NAMES, PolicyModels, make_policy
@@ -12,4 +13,4 @@ from .state import ClassIndex, ClusterState, NodeGroup, RunningJob, build_cluste
 
 __all__ = ["ClassIndex", "ClusterState", "NodeGroup", "RunningJob", "build_cluster", "parse_cluster_spec",
            "JobRequest", "Decision", "Candidate", "Policy", "SchedulingContext", "Cycle", "PairTable",
-           "POLICY_NAMES", "PolicyModels", "make_policy"]
+           "POLICY_NAMES", "PolicyModels", "make_policy", "PendingQueue", "CycleOptions", "CycleResult", "run_cycle"]

@@ -10,13 +10,12 @@ Flags (jobstats-like), per job:
 * ``hurt_by_pair``: an observation says it kept less than 1/slowdown_limit of its solo speed.
 """
 
-import json
 import time
 from collections import defaultdict
 
 from ..store.decisions import decision
 from ..store.models import model_history
-from ..store.queries import co_runs, corunners_of, job_gpus, jobs_since, sampled_gpus, shared_gpu_seconds
+from ..store.queries import co_runs, corunners_of, holds_gpus, job_gpus, jobs_since, sampled_gpus, shared_gpu_seconds
 
 IDLE_UTIL = 1.0
 LOW_UTIL = 30.0
@@ -78,17 +77,12 @@ def _observed(db, job_id):
 
 
 def _predicted_slowdown(db, job):
-    """From the decision horus recorded, else a ``slowdown=``/``pred=`` horus token."""
+    """From the decision horus recorded (a token alone proves nothing: an older ingest read tokens
+    from users' comments too)."""
     if job.get("horus_id"):
         made = decision(db, job["horus_id"])
         if made and made["predicted_slowdown"] is not None:
             return made["predicted_slowdown"]
-    tokens = json.loads(job["horus_tokens"]) if job.get("horus_tokens") else {}
-    for key in ("slowdown", "pred", "predicted_slowdown"):
-        try:
-            return float(tokens[key])
-        except (KeyError, ValueError):
-            continue
     return None
 
 
@@ -169,7 +163,7 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None):
     now = int(now if now is not None else time.time())
     column = GROUP_COLUMNS[by]
     fields = ("job_id", "start_time", "end_time", "nodes", "gpu_indices", "n_gpus", "shards", column)
-    jobs = [j for j in jobs_since(db, since, until, fields=fields) if (j["n_gpus"] or j["shards"] or j["gpu_indices"])]
+    jobs = [j for j in jobs_since(db, since, until, fields=fields) if holds_gpus(j)]
     util = dict(db.execute("SELECT job_id, avg(sm_util) FROM job_gpu_use GROUP BY job_id").fetchall())
     # sacct's per-GPU types already say where indexed jobs ran; samples are needed for the others.
     sampled = sampled_gpus(db, [j["job_id"] for j in jobs if not j["gpu_indices"]])
@@ -226,7 +220,7 @@ def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
             f"avg(job_ids IS NOT NULL) FROM gpu_samples {where} GROUP BY 1 ORDER BY 1",
             [bucket_s, bucket_s] + args)
     ]
-    jobs = [j for j in jobs_since(db, since, until) if (j["n_gpus"] or j["shards"] or j["gpu_indices"])]
+    jobs = [j for j in jobs_since(db, since, until) if holds_gpus(j)]
     pairs = co_runs(jobs, sampled_gpus(db), now)
     sharing = {job_id for pair in pairs for job_id in pair}
     models = model_history(db)

@@ -174,7 +174,7 @@ def _read_script(invocation, environ, stdin):
     try:
         with open(_script_path(words[0], environ), "rb") as handle:
             return handle.read(), os.path.basename(words[0]) or "script", None
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the name
         return None, None, "the script cannot be read (sbatch says why)"
 
 

@@ -8,6 +8,7 @@ them in between two requests, so no request is dropped. SIGTERM/SIGINT stop clea
 
 import logging
 import os
+import resource
 import signal
 import threading
 import time
@@ -21,11 +22,27 @@ from .daemon import Placer, Snapshot, unchanged
 from .history import History
 from .lua_twin import encode_kv_reply, offers_header
 from .threads import run_in_background
-from .server import Frontend
+from .server import Frontend, raise_fd_limit
 
 log = logging.getLogger("horusd")
 
 OFFER_DELAY_S = 0.003
+# The refresher waits ~20x what a refresh cost slurmctld (~5 % of its time), between refresh_s and
+# this bound. The cost is CPU time (squeue/sinfo's and our parsing), not wall time: time spent waiting
+# on a slurmctld that restarts or hangs is no work of its, and must not stop the refreshes.
+REFRESH_COST_FACTOR = 20
+MAX_REFRESH_INTERVAL_S = 30.0
+
+
+def refresh_interval(refresh_s, cost_s):
+    """Seconds to wait before the next refresh after one that cost ``cost_s`` seconds of CPU."""
+    return min(max(refresh_s, REFRESH_COST_FACTOR * cost_s), max(refresh_s, MAX_REFRESH_INTERVAL_S))
+
+
+def _cpu_seconds():
+    """CPU time of this thread plus that of the finished child processes (squeue, sinfo)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.thread_time() + children.ru_utime + children.ru_stime
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
@@ -123,13 +140,19 @@ class Horusd:
         self.refresh_errors = 0
         self.refresh_interval = config.refresh_s
         self._refresher = None
+        self._threads = []  # vital background threads: if one dies, horusd exits (its supervisor restarts it)
+        self.fatal = None  # why horusd must exit
+        self._reload_lock = threading.Lock()  # SIGHUP, a refit and the controller socket may all ask at once
+        self.frontend.on_fatal = self._die
 
     # ---- requests -------------------------------------------------------------------------------
     def decide(self, message):
         op = message.get("op")
         if op == "ping":
             return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
-                    "decisions": self.placer.decisions, "policy": self.config.policy, "pid": os.getpid()}
+                    "decisions": self.placer.decisions, "ledger": len(self.placer.ledger),
+                    "refresh_interval_s": round(self.refresh_interval, 3), "policy": self.config.policy,
+                    "pid": os.getpid()}
         if op == "reload":
             self.reload()
             return {"ok": True, "reloaded": True}
@@ -255,15 +278,15 @@ class Horusd:
         while not self.stopping.is_set():
             # never spend more than ~5 % of the time refreshing: a huge queue makes squeue --json
             # slow, and slurmctld answers every submission more slowly while it serves us
-            self.refresh_interval = max(self.config.refresh_s, 20 * last_cost)
+            self.refresh_interval = refresh_interval(self.config.refresh_s, last_cost)
             self.wake.wait(self.refresh_interval)
             self.wake.clear()
             if self.stopping.is_set():
                 return
-            started = time.monotonic()
+            started = _cpu_seconds()
             try:
                 self.refresh_once()
-                last_cost = time.monotonic() - started
+                last_cost = _cpu_seconds() - started
                 self.refresh_errors = 0
             except Exception as exc:  # Slurm slow or down: keep the old state, it ages out
                 self.refresh_errors += 1
@@ -271,7 +294,11 @@ class Horusd:
                     log.warning("horus: refresh failed (%d in a row): %s", self.refresh_errors, exc)
 
     def reload(self):
-        """Re-read the site file and model; swap them in without dropping requests."""
+        """Re-read the site file and model; swap them in without dropping requests. One at a time."""
+        with self._reload_lock:
+            self._reload()
+
+    def _reload(self):
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
         old = self.placer
@@ -280,7 +307,7 @@ class Horusd:
         placer.on_claimed = self.claimed
         with old.lock:
             old._apply_claims()
-            placer.requested_classes = set(old.requested_classes)
+            placer.requested_classes = old.requested_classes.copy()
             placer.offered = old.offered.copy()  # a claim may arrive for an offer made before the reload
             placer.claims = old.claims  # one queue: a claim sent to the old placer meanwhile is not lost
             placer.last_claim = old.last_claim
@@ -296,15 +323,24 @@ class Horusd:
         log.info("horus: reloaded config (policy=%s binding=%s)", config.policy, config.binding)
 
     # ---- lifecycle ------------------------------------------------------------------------------
+    def _die(self, reason):
+        """A vital thread died: stop, and make serve_forever exit non-zero."""
+        self.fatal = self.fatal or reason
+        self.stopping.set()
+
+    def vital_threads_alive(self):
+        return self.frontend.alive() and self.history.alive() and all(t.is_alive() for t in self._threads)
+
     def start(self):
+        raise_fd_limit()
         try:
             self.refresh_once()
         except Exception as exc:
             log.warning("horus: first refresh failed, answering 'unchanged' until Slurm answers: %s", exc)
-        self.history.start()
+        self.history.start(on_death=self._die)
         self.frontend.start()
-        self._refresher = run_in_background(self._refresh_loop, "horusd-refresh")
-        run_in_background(self._offers_loop, "horusd-offers")
+        self._refresher = run_in_background(self._refresh_loop, "horusd-refresh", on_death=self._die)
+        self._threads = [self._refresher, run_in_background(self._offers_loop, "horusd-offers", on_death=self._die)]
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 
@@ -319,13 +355,23 @@ class Horusd:
         self.history.stop()
         self.frontend.stop()
 
+    def run_until_stopped(self):
+        """Wait for a stop (signal) or a dead vital thread; then stop. Raises HorusError in the latter
+        case, so that ``horus serve`` exits non-zero and systemd (Restart=on-failure) restarts it."""
+        try:
+            while not self.stopping.wait(1.0):
+                if not self.vital_threads_alive():
+                    self.fatal = self.fatal or "a vital thread is gone"
+                    break
+        finally:
+            self.stop()
+        if self.fatal:
+            log.critical("horus: horusd exits: %s", self.fatal)
+            raise HorusError(f"horusd stopped: {self.fatal}", exit_code=70)
+
     def serve_forever(self):
         self.start()
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
-        try:
-            while not self.stopping.wait(1.0):
-                pass
-        finally:
-            self.stop()
+        self.run_until_stopped()

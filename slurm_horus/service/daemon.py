@@ -32,7 +32,11 @@ from .lua_twin import gpu_request
 log = logging.getLogger("horusd")
 
 UNKNOWN_CLASS = "unknown"
-MAX_OFFER_CLASSES = 64
+MAX_OFFER_CLASSES = 64  # the classes that asked most recently get offers
+# A decision asked for on the user socket (horus-sbatch) is submitted at once or never: it holds its
+# GPUs briefly, and one uid's unconfirmed ones together hold at most this many GPUs.
+USER_LEDGER_TTL_S = 15.0
+MAX_USER_HELD_GPUS = 4
 RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
 _CLASS_IN_COMMENT = re.compile(r"(?:^|[\s,;])(?:horus_)?class=([A-Za-z0-9_.\-]+)")
 _SAFE_CLASS = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -62,6 +66,7 @@ class LedgerEntry:
     job: RunningJob
     expires: float
     uid: Optional[int] = None  # who asked (a horus-sbatch decision is confirmed for this uid only)
+    from_user: bool = False  # asked on the user socket (horus-sbatch), not by job_submit.lua
     token_fields: Dict[str, object] = field(default_factory=dict)  # mode, slowdown, class
 
 
@@ -128,7 +133,8 @@ class Placer:
         self.left_to_slurm_since = None
         self.on_left_to_slurm = None  # callback: ask the refresher for an early refresh
         self.on_change = None  # callback: state changed (a decision, a claim, a refresh): republish offers
-        self.requested_classes = set()  # classes that asked before: they get offers
+        # classes job_submit.lua asked for, least recently first: they get offers
+        self.requested_classes: "OrderedDict[str, None]" = OrderedDict()
         # offer id -> (JobRequest, Decision, reply, made at), oldest first, until claimed or stale
         self.offered: "OrderedDict[str, tuple]" = OrderedDict()
         self.generation = 0  # counts changes of the state: offers computed on an older one are void
@@ -225,8 +231,9 @@ class Placer:
         if request is None:
             return unchanged(why)
         job_class = job_class_of(message)
-        if record and not message.get("dry_run") and len(self.requested_classes) < MAX_OFFER_CLASSES:
-            self.requested_classes.add(job_class)
+        from_user = message.get("peer") == "user"
+        if record and not message.get("dry_run") and not from_user:
+            self._note_class(job_class)
         may_share = job_class != UNKNOWN_CLASS or self.share_unknown
         with self.lock:
             self._apply_claims()
@@ -248,6 +255,10 @@ class Placer:
             if req.partition and "," in req.partition:
                 first, *rest = [p for p in req.partition.split(",") if p]
                 req.partition, req.extra_partitions = first, tuple(rest)
+            uid = _int_or_none(message.get("uid"))
+            if from_user and record and not message.get("dry_run") and \
+                    self._held_for_user(uid) + req.n_gpus > MAX_USER_HELD_GPUS:
+                return unchanged(f"uid {uid} holds {MAX_USER_HELD_GPUS} GPUs in unconfirmed decisions already")
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=bool(message.get("explain")))
@@ -262,19 +273,32 @@ class Placer:
                 return unchanged(f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit")
             reply = self._reply(state, decision, req, job_class, decision_id)
             if recording:
-                self._record(state, req, decision, reply, _int_or_none(message.get("uid")))
+                self._record(state, req, decision, reply, uid, from_user=from_user)
             elif message.get("offer"):
                 self.offered[decision_id] = (req, decision, reply, self.clock())
             return reply
 
-    def _record(self, state, req, decision, reply, uid):
+    def _note_class(self, job_class):
+        """``job_class`` asked just now: it gets offers; the class that asked least recently makes room."""
+        self.requested_classes[job_class] = None
+        self.requested_classes.move_to_end(job_class)
+        while len(self.requested_classes) > MAX_OFFER_CLASSES:
+            self.requested_classes.popitem(last=False)
+
+    def _held_for_user(self, uid):
+        """GPUs held by ``uid``'s unconfirmed decisions from the user socket (caller holds the lock)."""
+        now = self.clock()
+        return sum(len(e.job.gpus) for e in self.ledger.values() if e.from_user and e.uid == uid and e.expires >= now)
+
+    def _record(self, state, req, decision, reply, uid, from_user=False):
         """Put a decision in the state and the ledger (caller holds the lock)."""
         running = self.policy.running_job(req, decision, self.clock())
         running.exclusive = reply["mode"] == "exclusive"  # whole GPUs: nobody may join
         state.place(running)
         self.generation += 1
+        ttl = USER_LEDGER_TTL_S if from_user else self.ledger_ttl_s
         self.ledger[reply["id"]] = LedgerEntry(
-            reply["id"], running, self.clock() + self.ledger_ttl_s, uid=uid,
+            reply["id"], running, self.clock() + ttl, uid=uid, from_user=from_user,
             token_fields={k: reply[k] for k in ("mode", "slowdown", "class", "gpulist")})
         self.decisions += 1
         if self.on_change is not None:

@@ -105,8 +105,12 @@ class History:
         if self.on_refit is not None:
             self.on_refit()
 
-    def start(self):
-        self._thread = run_in_background(self._run, "horusd-history")
+    def start(self, on_death=None):
+        self._thread = run_in_background(self._run, "horusd-history", on_death=on_death)
+
+    def alive(self):
+        """The writer runs, or ended on purpose (stopped, or no usable database)."""
+        return self._thread is None or self._thread.is_alive() or self.failed or self._stopping.is_set()
 
     def stop(self, timeout=5.0):
         self._stopping.set()

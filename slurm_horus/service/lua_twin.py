@@ -23,9 +23,13 @@ DEFAULTS = {
     "handle_exclusive": False,
     "handle_nodelist": False,
     "offers": True,
+    "breaker_timeouts": 3,
+    "breaker_open_s": 5,
+    "breaker_max_open_s": 60,
 }
 _BOOLEAN = {"handle_exclusive", "handle_nodelist", "offers"}
-_NUMBER = {"timeout_ms", "max_state_age_s", "max_offer_age_s"}
+_NUMBER = {"timeout_ms", "max_state_age_s", "max_offer_age_s", "breaker_timeouts", "breaker_open_s",
+           "breaker_max_open_s"}
 
 _SAFE_NODES = re.compile(r"^[A-Za-z0-9\-.\[\],]+\Z")
 _SAFE_TRES = re.compile(r"^[A-Za-z0-9:/=,_\-]+\Z")
@@ -227,6 +231,35 @@ def append_token(job, reply):
     previous = job.get("admin_comment")
     job["admin_comment"] = previous + " " + token if previous else token
     return token
+
+
+def breaker_allows(breaker, now):
+    """(True, None), or (False, why) while the circuit breaker is open (``breaker``: a dict with
+    ``timeouts``, and ``open_s`` and ``until_s`` while open)."""
+    if breaker.get("until_s") is not None and now < breaker["until_s"]:
+        return False, "circuit open"
+    return True, None
+
+
+def is_timeout(err):
+    return isinstance(err, str) and "timeout" in err
+
+
+def breaker_after(breaker, timed_out, now, conf):
+    """Update ``breaker`` after an ask that did (``timed_out``) or did not time out."""
+    if not timed_out:
+        breaker["timeouts"] = 0
+        breaker.pop("open_s", None)
+        breaker.pop("until_s", None)
+        return breaker
+    breaker["timeouts"] = breaker.get("timeouts", 0) + 1
+    if breaker.get("until_s") is not None:  # the try after an open period failed too
+        breaker["open_s"] = min(2 * breaker["open_s"], conf["breaker_max_open_s"])
+        breaker["until_s"] = now + breaker["open_s"]
+    elif breaker["timeouts"] >= conf["breaker_timeouts"]:
+        breaker["open_s"] = conf["breaker_open_s"]
+        breaker["until_s"] = now + breaker["open_s"]
+    return breaker
 
 
 def encode_kv_reply(reply):

@@ -10,7 +10,6 @@ says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is reque
 ``oom_penalty`` seconds and both directions of the pair are reported to the policy.
 """
 
-import bisect
 import heapq
 import math
 from dataclasses import dataclass
@@ -18,7 +17,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..placement import JobRequest, SchedulingContext
+from ..placement import JobRequest
+from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
 from ..placement.framework import Policy
 from ..placement.state import ClusterState
 from .traces import TraceJob
@@ -31,7 +31,7 @@ BAD_PAIR = 0.85
 class SimJob:
     __slots__ = ("idx", "trace", "req", "work", "rate", "last", "version", "running", "first_start", "end",
                  "run_time", "shared_time", "bad_time", "ooms", "preemptions", "shared", "pair", "pair_since",
-                 "gpu_types", "queued_key", "ever_shared")
+                 "gpu_types", "ever_shared")
 
     def __init__(self, idx: int, trace: TraceJob, req: JobRequest):
         self.idx = idx
@@ -54,7 +54,6 @@ class SimJob:
         self.pair = None  # (gpu_type, corunner class) while sharing one GPU with one job
         self.pair_since = 0.0
         self.gpu_types = ()
-        self.queued_key = None
 
 
 @dataclass
@@ -94,11 +93,15 @@ class Simulator:
         self.progress = progress
         width = state.node_gpu_table.shape[1]
         self.jobs = [SimJob(i, t, self._request(t, width, self.options.durations)) for i, t in enumerate(trace)]
+        seen = set()
+        for job in self.jobs:  # the queue and the cluster state key jobs by id: make ids unique
+            if job.req.job_id in seen:
+                job.req.job_id = f"{job.req.job_id}#{job.idx}"
+            seen.add(job.req.job_id)
         self.heap: List[tuple] = []
         self.seq = 0
-        self.queue: List[tuple] = []  # sorted (policy key, job idx)
-        self.queue_gpus = 0
-        self.queue_work = 0.0
+        self.queue = PendingQueue(policy)
+        self.cycle_options = CycleOptions(queue_depth=self.options.queue_depth, window=self.options.window)
         self.now = 0.0
         self.busy_gpu_time = 0.0
         self.last_t = None
@@ -108,8 +111,7 @@ class Simulator:
         self.preemptions = 0
         self.n_observations = 0
         self.done = 0
-        self.may_reclaim = type(policy).reclaim is not Policy.reclaim
-        self.has_guard = type(policy).urgent_duration is not Policy.urgent_duration
+        self.may_reclaim = may_reclaim(policy)
 
     @staticmethod
     def _request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequest:
@@ -173,76 +175,15 @@ class Simulator:
 
     # ---- queue ----------------------------------------------------------------------------------
     def _enqueue(self, job: SimJob):
-        key = (self.policy.queue_key(job.req), job.idx)
-        job.queued_key = key
-        bisect.insort(self.queue, key)
-        self.queue_gpus += job.req.n_gpus
-        self.queue_work += job.req.expected_duration() * job.req.n_gpus
-
-    def _has_room(self) -> bool:
-        state = self.state
-        if state.n_free > 0:
-            return True
-        return self.policy.share and bool((state.gpu_njobs < min(state.max_jobs_per_gpu,
-                                                                 self.policy.max_jobs_per_gpu)).any())
+        self.queue.add(job.req)
 
     def _schedule(self):
-        if not self._has_room() and not self.may_reclaim:
-            return
-        state, policy = self.state, self.policy
-        ctx = SchedulingContext(self.now, len(self.queue), self.queue_gpus, self.queue_work)
-        order = self.queue
-        if self.has_guard:
-            # jobs the policy wants first (the longest, near the end of the run): the queue is in
-            # SJF order for such policies, so they sit at its end
-            threshold = policy.urgent_duration(state, ctx)
-            k = len(order)
-            while k > 0 and self.jobs[order[k - 1][1]].req.expected_duration() >= threshold:
-                k -= 1
-            if k < len(order):
-                order = order[k:][::-1] + order[:k]  # longest first, then SJF
-        if self.policy.share:
-            classes = state.classes
-            ctx.extra["window"] = [classes.id(self.jobs[k[1]].req.job_class)
-                                   for k in self.queue[:self.options.window]]
-        started = []
-        tried = 0
-        # requests that did not fit since the last change of the cluster: an identical one will
-        # not fit either (the scheduling framework's equivalence cache)
-        failed = set()
-        with_duration = policy.uses_duration
-        for key in list(order):  # a reclaim may requeue jobs while we walk
-            if tried >= self.options.queue_depth:
-                break
-            job = self.jobs[key[1]]
-            if not policy.share and job.req.n_gpus > state.n_free and not self.may_reclaim:
-                continue
-            req = job.req
-            shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive,
-                     req.expected_duration() if with_duration else 0.0)
-            if shape in failed:
-                continue
-            tried += 1
-            decision = policy.decide(state, job.req, ctx)
-            if not decision.placed and self.may_reclaim:
-                victims = policy.reclaim(state, job.req, ctx)
-                if victims:
-                    for victim in victims:
-                        self._preempt(self.jobs_by_id[victim])
-                    decision = policy.decide(state, job.req, ctx)
-            if not decision.placed:
-                failed.add(shape)
-            elif self._start(job, decision):
-                failed.clear()
-                started.append(key)
-                ctx.n_waiting -= 1
-                ctx.waiting_gpus -= job.req.n_gpus
-                self.queue_gpus -= job.req.n_gpus
-                self.queue_work -= job.req.expected_duration() * job.req.n_gpus
-            if not self._has_room() and not self.may_reclaim:
-                break
-        for key in started:
-            del self.queue[bisect.bisect_left(self.queue, key)]
+        """One scheduling cycle of the placement core (the very one horusd runs)."""
+        jobs = self.jobs_by_id
+        run_cycle(self.state, self.policy, self.queue, self.now,
+                  start=lambda req, decision: self._start(jobs[req.job_id], decision),
+                  preempt=(lambda job_id: self._preempt(jobs[job_id])) if self.may_reclaim else None,
+                  options=self.cycle_options)
 
     @property
     def jobs_by_id(self) -> Dict[str, SimJob]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import InputError
+from ..textfiles import read_text
 from ..placement import ClassIndex, NodeGroup, PolicyModels, build_cluster, make_policy
 from .engine import SimOptions, SimResult, Simulator, assign_classes
 from .traces import TraceJob
@@ -48,13 +49,17 @@ def _cluster_file(path: Path, gpu_memory) -> List[NodeGroup]:
 
     if not path.exists():
         raise InputError(f"--cluster {path}: no such file")
-    text = path.read_text()
+    text = read_text(path)
     try:
         data = json.loads(text) if path.suffix == ".json" else _simple_yaml(text, path)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"{path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("groups") or [], list):
+        raise InputError(f"{path}: expected {{\"groups\": [...]}}")
     groups = []
     for k, g in enumerate(data.get("groups") or []):
+        if not isinstance(g, dict):
+            raise InputError(f"{path}: group {k + 1} is not a mapping")
         try:
             gpu_type = str(g["gpu_type"]).lower()
             groups.append(NodeGroup(int(g["nodes"]), int(g["gpus_per_node"]), gpu_type,
@@ -64,6 +69,12 @@ def _cluster_file(path: Path, gpu_memory) -> List[NodeGroup]:
                                     gpus_per_switch=int(g.get("gpus_per_switch", 2))))
         except KeyError as exc:
             raise InputError(f"{path}: group {k + 1} lacks key {exc.args[0]!r}") from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{path}: group {k + 1}: {exc}") from None
+        group = groups[-1]
+        if group.nodes <= 0 or group.gpus_per_node <= 0 or not math.isfinite(group.gpu_memory_mb) \
+                or group.gpu_memory_mb <= 0:
+            raise InputError(f"{path}: group {k + 1}: counts and memory must be positive")
     if not groups:
         raise InputError(f"{path}: no groups")
     return groups

@@ -15,6 +15,7 @@ from pathlib import Path
 import sqlite_utils
 
 from ..errors import HorusError
+from ..private import make_private
 
 BUSY_TIMEOUT_MS = 30000
 
@@ -215,6 +216,7 @@ def open_db(path):
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise HorusError(f"cannot create directory {parent} for the history database: {exc.strerror}")
+        make_private(path)  # 0640, and so its -wal and -shm: it names every user's jobs
     try:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch is one transaction.
         conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)

@@ -95,10 +95,16 @@ def _chunks(items, size):
         yield items[offset: offset + size]
 
 
+def holds_gpus(job):
+    """sacct recorded a GPU (or shard) allocation for the job: the only jobs placed on GPUs here."""
+    return bool(job.get("n_gpus") or job.get("shards"))
+
+
 def job_gpus(job, sampled=None):
-    """The (node, index) pairs a job held: sacct's indices on each node, plus sampled ones."""
+    """The (node, index) pairs a job held: the stored indices on each node (of a job sacct recorded
+    GPUs for: an older ingest read them from users' comments too), plus sampled ones."""
     pairs = set()
-    indices = parse_indices(job.get("gpu_indices"))
+    indices = parse_indices(job.get("gpu_indices")) if holds_gpus(job) else ()
     for node in _expand_nodelist(job.get("nodes") or ""):
         for index in indices:
             pairs.add((node, index))

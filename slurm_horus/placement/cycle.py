@@ -1,0 +1,190 @@
+"""The scheduling cycle: one pass over the pending queue, shared by the simulator and horusd.
+
+A cycle is what a scheduler does when the cluster changes (a job ends, a job arrives, a claim, a
+refresh): walk the waiting jobs in the policy's order and start those the policy places now. It is
+Slurm's main scheduling loop in miniature, with the Kubernetes scheduling framework's per-cycle
+state; the policy decides one job at a time (:meth:`Policy.decide`), the cycle decides *which* jobs
+it is asked about and in what order:
+
+* **queue order** — the policy's ``queue_key`` (FIFO, shortest expected job first...);
+* **makespan guard** — jobs whose expected duration reaches the policy's ``urgent_duration`` go
+  first, longest first (the tail of a burst must not leave the longest jobs alone at the end);
+* **window** — sharing policies see the classes of the first ``window`` waiting jobs
+  (``ctx.extra["window"]``), so a free slot can be kept for a better partner;
+* **queue depth** — at most ``queue_depth`` decisions per cycle (Slurm's ``default_queue_depth``);
+* **equivalence cache** — a request identical to one that did not fit since the last start is not
+  asked again (the scheduling framework's equivalence class cache);
+* **reclaim** — a job the policy cannot place may have running jobs preempted for it (DeepBoot);
+* **context** — the clock, the number of waiting jobs, the GPUs and GPU-seconds they ask for.
+
+The cycle is pure: it reads a :class:`ClusterState` and a :class:`PendingQueue` and reports what to
+start through the caller's ``start`` callback, which applies a decision (the simulator checks the
+truth and places the job; horusd records it and moves the Slurm job there). A caller that cannot
+start a job says so, and the job stays queued.
+"""
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from .framework import Policy, SchedulingContext
+from .request import Decision, JobRequest
+from .state import ClusterState
+
+
+@dataclass
+class CycleOptions:
+    queue_depth: int = 100  # most jobs a cycle asks the policy about (Slurm's default_queue_depth)
+    window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+
+
+class PendingQueue:
+    """Jobs waiting for GPUs, kept sorted in the policy's queue order, with the totals a cycle needs.
+
+    Job ids are unique; adding a job that is already queued replaces it (horusd re-reads its queue
+    from squeue). ``gpus`` and ``work`` are the GPUs and expected GPU-seconds of all waiting jobs.
+    """
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self._keys: List[tuple] = []  # sorted (policy key, job id)
+        self._jobs: Dict[str, Tuple[tuple, JobRequest]] = {}
+        self.gpus = 0
+        self.work = 0.0
+
+    def add(self, req: JobRequest):
+        if req.job_id in self._jobs:
+            self.remove(req.job_id)
+        key = (self.policy.queue_key(req), req.job_id)
+        bisect.insort(self._keys, key)
+        self._jobs[req.job_id] = (key, req)
+        self.gpus += req.n_gpus
+        self.work += req.expected_duration() * req.n_gpus
+
+    def remove(self, job_id: str) -> Optional[JobRequest]:
+        found = self._jobs.pop(job_id, None)
+        if found is None:
+            return None
+        key, req = found
+        del self._keys[bisect.bisect_left(self._keys, key)]
+        self.gpus -= req.n_gpus
+        self.work -= req.expected_duration() * req.n_gpus
+        if not self._jobs:
+            self.gpus, self.work = 0, 0.0  # no float drift across an empty queue
+        return req
+
+    def get(self, job_id: str) -> Optional[JobRequest]:
+        found = self._jobs.get(job_id)
+        return found[1] if found else None
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[JobRequest]:
+        """Waiting jobs in queue order."""
+        jobs = self._jobs
+        return (jobs[key[1]][1] for key in list(self._keys))
+
+    def head(self, n: int) -> List[JobRequest]:
+        jobs = self._jobs
+        return [jobs[key[1]][1] for key in self._keys[:n]]
+
+
+@dataclass
+class CycleResult:
+    started: List[Tuple[JobRequest, Decision]] = field(default_factory=list)
+    preempted: List[str] = field(default_factory=list)  # running job ids the policy reclaimed
+    tried: int = 0  # decisions asked of the policy
+    waiting: Dict[str, str] = field(default_factory=dict)  # job id -> why it still waits (tried ones)
+
+
+def has_room(state: ClusterState, policy: Policy) -> bool:
+    """Whether any job could start now: a free GPU, or (sharing policies) a GPU with a free slot."""
+    if state.n_free > 0:
+        return True
+    return policy.share and bool((state.gpu_njobs < min(state.max_jobs_per_gpu, policy.max_jobs_per_gpu)).any())
+
+
+def may_reclaim(policy: Policy) -> bool:
+    return type(policy).reclaim is not Policy.reclaim
+
+
+def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
+                ctx: SchedulingContext) -> List[JobRequest]:
+    """The waiting jobs in the order this cycle asks about them: queue order, except that jobs
+    reaching the policy's ``urgent_duration`` (the makespan guard) go first, longest first."""
+    order = list(queue)
+    if type(policy).urgent_duration is Policy.urgent_duration or not order:
+        return order
+    # the queue is in SJF order for policies with a guard, so the urgent jobs sit at its end
+    threshold = policy.urgent_duration(state, ctx)
+    k = len(order)
+    while k > 0 and order[k - 1].expected_duration() >= threshold:
+        k -= 1
+    if k < len(order):
+        order = order[k:][::-1] + order[:k]
+    return order
+
+
+def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
+              start: Callable[[JobRequest, Decision], bool],
+              preempt: Optional[Callable[[str], None]] = None,
+              options: Optional[CycleOptions] = None, explain: bool = False) -> CycleResult:
+    """One scheduling pass over ``queue`` at time ``now``.
+
+    ``start(req, decision)`` applies a placed decision; it returns True when the job left the queue
+    (it started, or the caller requeues it on its own later, e.g. after a simulated OOM), False when
+    it could not be applied (the job stays queued). A started job must be in ``state`` when
+    ``start`` returns: the next decision of the cycle sees it. ``preempt(job_id)`` takes a running job
+    off its GPUs (and requeues it, if the caller wants it back) when the policy reclaims GPUs; without
+    it, nothing is reclaimed.
+    """
+    options = options or CycleOptions()
+    result = CycleResult()
+    reclaiming = preempt is not None and may_reclaim(policy)
+    if not queue or (not has_room(state, policy) and not reclaiming):
+        return result
+    ctx = SchedulingContext(now, len(queue), queue.gpus, queue.work)
+    order = cycle_order(state, policy, queue, ctx)
+    if policy.share:
+        classes = state.classes
+        ctx.extra["window"] = [classes.id(req.job_class) for req in queue.head(options.window)]
+    failed = set()  # request shapes that did not fit since the last start (equivalence cache)
+    with_duration = policy.uses_duration
+    for req in order:
+        if result.tried >= options.queue_depth:
+            break
+        if req.job_id not in queue:
+            continue  # a reclaim or the caller took it out meanwhile
+        if not policy.share and req.n_gpus > state.n_free and not reclaiming:
+            continue
+        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive,
+                 req.expected_duration() if with_duration else 0.0)
+        if shape in failed:
+            continue
+        result.tried += 1
+        decision = policy.decide(state, req, ctx, explain=explain)
+        if not decision.placed and reclaiming:
+            victims = policy.reclaim(state, req, ctx)
+            if victims:
+                for victim in victims:
+                    preempt(victim)
+                    result.preempted.append(victim)
+                decision = policy.decide(state, req, ctx, explain=explain)
+        if not decision.placed:
+            failed.add(shape)
+            result.waiting[req.job_id] = decision.reason
+        elif start(req, decision):
+            failed.clear()
+            queue.remove(req.job_id)
+            result.started.append((req, decision))
+            ctx.n_waiting -= 1
+            ctx.waiting_gpus -= req.n_gpus
+            ctx.waiting_work -= req.expected_duration() * req.n_gpus
+        if not has_room(state, policy) and not reclaiming:
+            break
+    return result
+

@@ -1,0 +1,186 @@
+"""The scheduling cycle of the placement core (placement/cycle.py): the pass over the pending queue
+that the simulator and horusd share."""
+
+import math
+
+import pytest
+
+from slurm_horus.placement import ClassIndex, ClusterState, JobRequest, RunningJob
+from slurm_horus.placement.cycle import CycleOptions, PendingQueue, cycle_order, has_room, run_cycle
+from slurm_horus.placement.framework import SchedulingContext
+from slurm_horus.placement.policies import DeepBoot, SJF, SlurmDefault
+
+
+def cluster(nodes=1, gpus=2, partitions=("default",)):
+    state = ClusterState(max_jobs_per_gpu=2, classes=ClassIndex())
+    for k in range(nodes):
+        state.add_node(f"n{k}", "v100", gpus, 16384, partitions)
+    state.build()
+    return state
+
+
+def req(job_id, duration=100.0, gpus=1, submit=0.0, cls="a", partition=""):
+    return JobRequest(job_id, cls, gpus_per_node=gpus, predicted_duration=duration, submit_time=submit,
+                      partition=partition)
+
+
+def placer(state, policy, now=0.0):
+    """A start callback that places the job like the simulator does; records the order."""
+    order = []
+
+    def start(r, decision):
+        state.place(policy.running_job(r, decision, now))
+        order.append(r.job_id)
+        return True
+
+    return start, order
+
+
+def test_pending_queue_keeps_policy_order_and_totals():
+    queue = PendingQueue(SJF())
+    queue.add(req("long", 300, gpus=2))
+    queue.add(req("short", 10))
+    queue.add(req("mid", 50))
+    assert [r.job_id for r in queue] == ["short", "mid", "long"]
+    assert queue.gpus == 4 and queue.work == pytest.approx(10 + 50 + 600)
+    queue.add(req("mid", 500))  # re-adding replaces (horusd re-reads its queue)
+    assert [r.job_id for r in queue] == ["short", "long", "mid"]
+    assert len(queue) == 3 and queue.work == pytest.approx(10 + 600 + 500)
+    assert queue.remove("long").job_id == "long" and queue.remove("nope") is None
+    assert queue.gpus == 2 and "long" not in queue and "short" in queue
+    queue.remove("short")
+    queue.remove("mid")
+    assert (queue.gpus, queue.work, len(queue)) == (0, 0.0, 0)
+
+
+def test_cycle_starts_in_queue_order_until_the_cluster_is_full():
+    state, policy = cluster(gpus=2), SJF()
+    queue = PendingQueue(policy)
+    for job_id, duration in (("c", 30), ("a", 10), ("b", 20)):
+        queue.add(req(job_id, duration))
+    start, order = placer(state, policy)
+    result = run_cycle(state, policy, queue, 0.0, start)
+    assert order == ["a", "b"]
+    assert [r.job_id for r, _d in result.started] == ["a", "b"]
+    assert [r.job_id for r in queue] == ["c"] and state.n_free == 0
+
+
+def test_a_job_the_caller_cannot_start_stays_queued():
+    state, policy = cluster(gpus=2), SlurmDefault()
+    queue = PendingQueue(policy)
+    queue.add(req("x", submit=1.0))
+    queue.add(req("y", submit=2.0))
+    refused = []
+
+    def start(r, decision):
+        if r.job_id == "x":
+            refused.append(r.job_id)
+            return False
+        state.place(policy.running_job(r, decision, 0.0))
+        return True
+
+    result = run_cycle(state, policy, queue, 0.0, start)
+    assert refused == ["x"] and [r.job_id for r, _ in result.started] == ["y"]
+    assert [r.job_id for r in queue] == ["x"]
+
+
+def test_equivalence_cache_asks_once_per_shape_and_queue_depth_bounds_decisions():
+    state, policy = cluster(gpus=2), SlurmDefault()
+    state.place(RunningJob("busy", "a", (0,), 0.0, 100.0))
+    asked = []
+
+    class Counting(SlurmDefault):
+        def decide(self, *args, **kwargs):
+            asked.append(args[1].job_id)
+            return super().decide(*args, **kwargs)
+
+    policy = Counting()
+    queue = PendingQueue(policy)
+    queue.add(req("big1", gpus=2, submit=1))
+    queue.add(req("big2", gpus=2, submit=2))
+    queue.add(req("small", submit=3))
+    # exclusive policies skip jobs larger than the free GPUs without asking; the 1-GPU job starts
+    start, order = placer(state, policy)
+    run_cycle(state, policy, queue, 0.0, start)
+    assert order == ["small"] and asked == ["small"]
+
+    # a sharing-style policy is asked about each shape once: two identical requests, one question
+    state2 = cluster(gpus=1)
+    state2.place(RunningJob("busy", "a", (0,), 0.0, 100.0, exclusive=True))
+
+    class Sharing(Counting):
+        share = True
+
+    asked.clear()
+    sharing = Sharing()
+    queue2 = PendingQueue(sharing)
+    for k in range(5):
+        queue2.add(req(f"j{k}", submit=k))
+    result = run_cycle(state2, sharing, queue2, 0.0, placer(state2, sharing)[0])
+    assert asked == ["j0"] and result.tried == 1 and set(result.waiting) == {"j0"}
+
+    asked.clear()
+    queue3 = PendingQueue(sharing)
+    for k in range(5):
+        queue3.add(req(f"k{k}", submit=k, cls=f"class{k}"))  # five different shapes
+    result = run_cycle(state2, sharing, queue3, 0.0, placer(state2, sharing)[0], options=CycleOptions(queue_depth=3))
+    assert asked == ["k0", "k1", "k2"] and result.tried == 3
+
+
+def test_guard_puts_urgent_jobs_first_longest_first():
+    state = cluster(gpus=1)
+
+    class Guarded(SJF):
+        def urgent_duration(self, state, ctx):
+            return 100.0
+
+    policy = Guarded()
+    queue = PendingQueue(policy)
+    for job_id, duration in (("s", 5), ("m", 50), ("l1", 150), ("l2", 300)):
+        queue.add(req(job_id, duration))
+    order = cycle_order(state, policy, queue, SchedulingContext(0.0, len(queue), queue.gpus, queue.work))
+    assert [r.job_id for r in order] == ["l2", "l1", "s", "m"]
+    start, started = placer(state, policy)
+    run_cycle(state, policy, queue, 0.0, start)
+    assert started == ["l2"]
+    # without a guard the order is the queue's
+    plain = SJF()
+    q2 = PendingQueue(plain)
+    for r in queue:
+        q2.add(r)
+    assert [r.job_id for r in cycle_order(state, plain, q2, SchedulingContext())] == ["s", "m", "l1"]
+
+
+def test_reclaim_preempts_through_the_callback_only():
+    state = ClusterState(max_jobs_per_gpu=2, classes=ClassIndex())
+    state.add_node("t0", "v100", 1, 16384, ("train",))
+    state.add_node("i0", "v100", 1, 16384, ("infer",))
+    state.build()
+    policy = DeepBoot()
+    state.place(RunningJob("own", "a", (0,), 0.0, 1e9, partition="train"))
+    state.place(RunningJob("borrower", "a", (1,), 5.0, 1e9, partition="train"))
+    queue = PendingQueue(policy)
+    queue.add(JobRequest("inf", "infer-a", partition="infer", submit_time=10.0))
+    # no preempt callback: nothing reclaimed, the inference job waits
+    result = run_cycle(state, policy, queue, 10.0, placer(state, policy, 10.0)[0])
+    assert not result.started and result.preempted == [] and "inf" in queue
+    preempted = []
+
+    def preempt(job_id):
+        state.release(job_id)
+        preempted.append(job_id)
+
+    start, order = placer(state, policy, 10.0)
+    result = run_cycle(state, policy, queue, 10.0, start, preempt=preempt)
+    assert preempted == ["borrower"] == result.preempted and order == ["inf"]
+
+
+def test_no_room_means_no_decision():
+    state = cluster(gpus=1)
+    state.place(RunningJob("x", "a", (0,), 0.0, 10.0, exclusive=True))
+    policy = SlurmDefault()
+    queue = PendingQueue(policy)
+    queue.add(req("y"))
+    assert not has_room(state, policy)
+    assert run_cycle(state, policy, queue, 0.0, lambda *_: pytest.fail("nothing can start")).tried == 0
+    assert math.isclose(queue.work, 100.0)
