@@ -65,12 +65,15 @@ def test_a_job_that_declares_its_solo_time_is_measured_against_it(tmp_path):
         row["comment"] = f"class={cls} solo_s={solo_s}"
         return row
 
-    write_rows(db, [
+    jobs = [
         declaring(1, "alpha", 1000, 12, 0, 10.0), declaring(2, "alpha", 1000, 102, 1, 100.0),  # overhead 2 s
         declaring(3, "beta", 1000, 42, 2, 40.0),
         # alpha (30 s of work) shares GPU 3 for its whole run with a longer beta: 0.6 -> 30 / 0.6 + 2 = 52 s
         declaring(4, "alpha", 2000, 52, 3, 30.0), declaring(5, "beta", 2000, 160, 3, 140.0),
-    ], [])
+    ]
+    write_rows(db, jobs, [])
+    store_batches(db, [batch for j in jobs for batch in samples(j["job_id"], int(j["gpu_indices"]), j["start_time"],
+                                                                j["elapsed_s"], 50, 1000)])
     rows = {(r["job_id"], r["corunner_job_id"]): r for r in derive_observations(db)}
     # its solo time is 30 + 2: x = 1 - (52 - 32) / 52 (the 2 s overhead counts as shared time: 0.615, not 0.6)
     assert rows[(4, 5)]["norm_tput"] == pytest.approx(1 - 20 / 52, abs=1e-4)

@@ -24,7 +24,7 @@ HORUS = [sys.executable, "-m", "slurm_horus"]
 
 def _row(job_id, cls, submit, start, end, gpu, node="n1", state="COMPLETED"):
     return {"job_id": job_id, "job_class": cls, "submit_time": submit, "start_time": start, "end_time": end,
-            "state": state, "nodes": node, "gpu_indices": str(gpu)}
+            "state": state, "nodes": node, "gpu_indices": str(gpu), "n_gpus": 1, "shards": 0}
 
 
 def test_live_figures_are_the_simulators_metrics_in_trace_seconds():
