@@ -3,10 +3,10 @@
 Each step is a :class:`Step` in :data:`STEPS`: a local Slurm cluster with accounting, horusd and the
 placing job_submit.lua; a mixed deep-learning workload (fake GPU jobs of Gavel's V100 classes)
 submitted with plain ``sbatch`` and with ``horus-sbatch``; who shares which GPU and why; what sacct
-recorded; the utilization report; the simulator on the embedded trace. Teardown always runs.
+recorded; the utilization report; then ``horus replay`` of a short Philly workload on two fresh
+clusters (plain Slurm, horus) beside the simulator's prediction. Teardown always runs.
 """
 
-import re
 import subprocess
 import sys
 import time
@@ -15,6 +15,7 @@ from typing import Callable, Dict, List
 
 import click
 
+from .jobclass import job_class_of
 from .localcluster import LocalCluster
 from .tokens import parse_horus_tokens
 
@@ -163,7 +164,7 @@ def show_sharing(ctx):
         job = queue.get(job_id)
         if job is None:
             continue
-        decision_id, token = parse_horus_tokens(job.admin_comment)
+        _decision_id, token = parse_horus_tokens(job.admin_comment)
         where = []
         for node, items in job.gres_by_node():
             for item in items:
@@ -171,7 +172,7 @@ def show_sharing(ctx):
                     where += [f"{node}:{index}" for index in item.indices]
         for gpu in where:
             by_gpu.setdefault(gpu, []).append(label)
-        job_class = token.get("class") or re.sub(r"^class=", "", job.comment) or "unknown"
+        job_class = job_class_of(comment=job.comment, admin_comment=job.admin_comment)
         how = token.get("mode") or ("user" if job.state == "RUNNING" else "-")
         predicted = f"{float(token['slowdown']):.2f}x" if token.get("slowdown") else "-"
         ctx.echo(f"    {job_id:>4} {label:14} {job_class:22} {job.state:8} {','.join(where) or '-':9} "

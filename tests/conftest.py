@@ -33,6 +33,12 @@ def local_cluster(with_dbd=False, **options):
         assert not survivors, f"processes left behind by the test cluster: {survivors}"
 
 
+def horus_cluster(**settings):
+    """A 2-node x 4-GPU cluster with horusd and the placing job_submit.lua (site ``settings`` for it),
+    torn down with no process left behind: the body of a module-scoped fixture."""
+    yield from local_cluster(nodes=2, gpus=4, horus=True, horus_settings=settings)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A running 4-node x 4-GPU cluster without accounting (``SLURM_CONF`` in ``cluster.env``)."""

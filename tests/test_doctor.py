@@ -1,10 +1,12 @@
-"""horus doctor's offers check on hand-made files (the whole doctor runs against the live cluster in
-test_live_placement.py)."""
+"""horus doctor's offers and queue checks on hand-made files and jobs (the whole doctor runs against
+the live cluster in test_live_placement.py and test_live_queue.py)."""
 
 import os
+import time
 
 from slurm_horus.config import load_config
-from slurm_horus.service.doctor import check_offers
+from slurm_horus.service.doctor import check_offers, check_queue
+from slurm_horus.slurm.parse import QueueJob
 
 
 def config(tmp_path, **values):
@@ -34,3 +36,28 @@ def test_missing_stale_unreadable_or_foreign_offers_are_named(tmp_path):
 
 def test_offers_off_checks_nothing(tmp_path):
     assert check_offers(config(tmp_path, offers="no")) == []
+
+
+def kept_job(job_id, submit, begin, token="mode=kept class=lm-bs20"):
+    return QueueJob(job_id=job_id, name="j", state="PENDING", user="u", nodes="", required_nodes="", partition="gpu",
+                    tres_per_node="gres:shard:1", comment="", admin_comment=f"horus:h{job_id} {token}",
+                    submit_time=submit, start_time=begin, state_reason="BeginTime")
+
+
+def test_the_queue_its_age_and_a_job_kept_past_the_lease(tmp_path):
+    jobs = [kept_job(1, 900, 1020), kept_job(2, 950, 5000), kept_job(3, 990, 1000, token="mode=shared gpus=n1:0")]
+    ping = {"lease_s": 30, "queue": {"kept": 2}}
+    problems = check_queue(config(tmp_path), jobs, ping, now=1000.0)
+    assert problems[0] == ("info", "queue: 2 jobs kept by horusd, the oldest for 100 s (lease 30 s)")
+    assert [m for level, m in problems if level == "warning"] == [
+        "job 2 is kept until " + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(5000)) + ", past the 30 s lease: were horusd to stop, Slurm would not start it before then"]
+
+
+def test_kept_jobs_horusd_does_not_count_or_a_silent_horusd_are_named(tmp_path):
+    jobs = [kept_job(1, 900, 1020), kept_job(2, 900, 1020)]
+    lost = check_queue(config(tmp_path), jobs, {"lease_s": 30, "queue": {"kept": 0}}, now=1000.0)
+    assert ("warning", "squeue shows 2 kept jobs, horusd's queue 0") in lost
+    silent = check_queue(config(tmp_path), jobs, None, now=1000.0)
+    assert any("does not answer" in m for _level, m in silent)
+    assert check_queue(config(tmp_path), [], None, now=1000.0) == [
+        ("info", "queue: 0 jobs kept by horusd, the oldest for 0 s (lease 30 s)")]

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from slurm_horus.errors import InputError
 from slurm_horus.interference.io import load_observations_csv, load_profiles_csv
 from slurm_horus.service import protocol
-from slurm_horus.service.lua_twin import encode_kv_reply
+from slurm_horus.service.protocol import encode_kv as encode_kv_reply
 from slurm_horus.service.server import authorize
 from slurm_horus.sim.traces import FORMATS, read_trace
 

@@ -128,9 +128,8 @@ def test_heavy_pair_is_kept_apart(clean):
     time.sleep(2)
     assert clean.job_states([second])[second] == "PENDING"  # not squeezed onto the first one's GPU
     _, comment, _ = detail(clean, second)
-    assert "horus:" not in comment  # left to Slurm, unchanged
-    log = (clean.root / "log" / "slurmctld.log").read_text()
-    assert "unchanged: no free GPU and no pair predicted worth sharing" in log
+    assert re.search(r"horus:h[0-9a-f]+ mode=kept class=recommendation-bs2048$", comment)  # waits in horusd's queue
+    assert "no free GPU and no pair predicted worth sharing" in (clean.root / "log" / "horusd.log").read_text()
 
 
 @pytest.mark.parametrize("gpu_option", ["--gpus=2", "--gres=gpu:2"])

@@ -87,9 +87,9 @@ def test_horus_options_never_reach_sbatch(tmp_path, job_script):
 
 
 @pytest.mark.parametrize("bad", [
-    {"nodes": ["n1;reboot"]}, {"nodes": []}, {"gres": "gpu:g1:1\nexport X=1"},
-    {"decision_id": "$(rm -rf ~)"}, {"binding": "magic"}, {"mps_thread_percentage": 500},
-    {"gpus": {"n3": ["2\nreboot"]}}, {"predicted_slowdown": "fast"},
+    {"nodes": ["n1;reboot"]}, {"nodes": []}, {"tres": "gres:gpu:g1:1\nexport X=1"},
+    {"id": "$(rm -rf ~)"}, {"binding": "magic"}, {"mps_thread_percentage": 500},
+    {"gpus": {"n3": ["2\nreboot"]}}, {"slowdown": "fast"}, {"tres": "gpu:g1:1"},
 ])
 def test_unsafe_or_malformed_decisions_are_not_used(tmp_path, job_script, bad):
     result, _ = dry_run(tmp_path, [str(job_script)], reply=place_reply(**bad))

@@ -11,7 +11,9 @@ returns. What each row keeps beyond sacct's own fields:
 * ``horus_tokens`` / ``horus_id``: the ``horus:`` token of AdminComment. Never of Comment: users
   write that, and a token there would let them claim GPUs and decisions. The ingest keeps the token
   only when its decision is in the history (``collect/ingest.py``);
-* ``job_class``: ``class=`` in the (user's) comment, else the job name; a verified token's class wins.
+* ``job_class``: :func:`slurm_horus.jobclass.job_class_of` of the comment (``class=``), the very
+  reader horusd uses, and a verified token's class wins; NULL when the class is unknown (such jobs
+  run exclusive and teach the model nothing).
 """
 
 import json
@@ -19,6 +21,7 @@ import re
 import time
 
 from ..errors import InputError
+from ..jobclass import UNKNOWN_CLASS, job_class_of
 from ..tokens import parse_horus_tokens
 
 TERMINAL_STATES = frozenset(
@@ -40,7 +43,6 @@ STEP_COLUMNS = (
 )
 
 
-_CLASS_WORD = re.compile(r"(?:^|[\s,;])class=([A-Za-z0-9._+-]+)")
 _SOLO_WORD = re.compile(r"(?:^|[\s,;])solo_s=([0-9]+(?:\.[0-9]*)?)(?=$|[\s,;])")
 
 
@@ -52,14 +54,6 @@ def declared_solo_s(comment):
     own solo time instead of its class's median."""
     match = _SOLO_WORD.search(comment or "")
     return float(match.group(1)) if match else None
-
-
-def job_class_of(name, comment):
-    """Class of a job as its user declared it: ``class=`` in the comment, else the job name."""
-    match = _CLASS_WORD.search(comment or "")
-    if match:
-        return match.group(1)
-    return name or None
 
 
 def gres_from_tres(entries):
@@ -136,7 +130,7 @@ def _finish_job_row(row, gres_entries, req_text):
         gpu_indices=_indices_text(indices),
         horus_id=decision_id,
         horus_tokens=json.dumps(tokens, sort_keys=True) if tokens else None,
-        job_class=job_class_of(row["name"], row["comment"]),
+        job_class=_known(job_class_of(comment=row["comment"])),
     )
     return row
 
@@ -156,6 +150,10 @@ def drop_decision_token(row):
     """A row whose token names no decision the history holds: nothing of it is believed."""
     row["horus_id"] = row["horus_tokens"] = None
     return row
+
+
+def _known(job_class):
+    return None if job_class == UNKNOWN_CLASS else job_class
 
 
 # --- sacct --json (22.05, openapi dbv0.0.38) -------------------------------------------------

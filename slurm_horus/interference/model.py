@@ -4,7 +4,8 @@ from .base import Prediction
 from .cf import CFPredictor
 from .chain import ChainPredictor
 from .measured import MeasuredPredictor
-from .mlp import MLPPredictor
+from .mlp import DeepMLPPredictor, MLPPredictor
+from .ncf import NCFPredictor
 from .priors import builtin_priors
 from .utilization import UtilizationPredictor
 
@@ -13,6 +14,8 @@ PREDICTORS = {
     "cf": CFPredictor,
     "utilization": UtilizationPredictor,
     "mlp": MLPPredictor,
+    "mlp-deep": DeepMLPPredictor,
+    "ncf": NCFPredictor,
     "chain": ChainPredictor,
 }
 
@@ -48,7 +51,8 @@ def model_from_dict(state):
     if state.get("format") != 1 or state.get("name") not in PREDICTORS:
         raise ValueError("not a stored slurm-horus interference model")
     options = dict(state["options"])
-    if "order" in options:
-        options["order"] = tuple(options["order"])
+    for key in ("order", "layers"):
+        if key in options:
+            options[key] = tuple(options[key])
     model = PREDICTORS[state["name"]](gpu_memory_mb=state["gpu_memory_mb"], **options)
     return model._restore(state)

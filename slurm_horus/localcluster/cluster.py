@@ -88,6 +88,16 @@ def _golden_key(cluster_name):
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 
+def poll(predicate, timeout, step=0.2):
+    """True as soon as ``predicate()`` is, False once ``timeout`` seconds passed (tests, benchmarks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
+
+
 def _wait_until(predicate, timeout, what, log_hint=None, poll=0.05):
     deadline = time.monotonic() + timeout
     while True:

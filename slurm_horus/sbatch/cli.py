@@ -297,6 +297,9 @@ def explain_lines(submission):
     lines = []
     if submission.decision is not None:
         lines.append(f"decision {submission.decision.summary()}")
+        if submission.decision.micro_batch is not None:
+            lines.append(f"sub-batching: {submission.decision.micro_batch} samples per step, gradients accumulated "
+                         f"over {submission.decision.grad_accum or 1} steps (HORUS_MICRO_BATCH, HORUS_GRAD_ACCUM)")
     else:
         lines.append(f"job left to Slurm: {submission.why_unchanged}")
     candidates = reply.get("candidates") if isinstance(reply.get("candidates"), list) else []

@@ -39,7 +39,6 @@ import time
 from collections import defaultdict
 
 from . import protocol
-from .lua_twin import encode_kv_reply
 
 log = logging.getLogger("horusd")
 
@@ -190,7 +189,7 @@ class Frontend:
 
     # ---- one request ----------------------------------------------------------------------------
     def _reply_bytes(self, reply, kv):
-        return (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
+        return (protocol.encode_kv(reply) + "\n").encode() if kv else protocol.encode(reply)
 
     def _send(self, client, data):
         """Send without blocking the loop; False (and the client should be dropped) when the client

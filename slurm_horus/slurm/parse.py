@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 from ..errors import InputError
 from .gres import GresItem, parse_gres, typed_gpu_indices
-from .hostlist import expand_hostlist
+from ..hostlist import expand_hostlist
 
 
 def _load(text, command, key):
@@ -101,6 +101,8 @@ class QueueJob:
     time_limit: int = 0  # minutes; 0 when unset
     gres_detail: Tuple[str, ...] = ()  # one entry per allocated node, in node order
     state_reason: str = ""  # why a pending job waits (Resources, Priority, Dependency, JobHeldUser, ...)
+    node_count: int = 1  # nodes asked for (pending) or held (running)
+    tres_per_job: str = ""  # --gpus=N (gres:gpu:N)
 
     def gres_by_node(self):
         """[(node name, [GresItem])] of a running job: gres_detail lists one entry per node."""
@@ -143,6 +145,8 @@ def parse_squeue(text):
             end_time=int(record.get("end_time") or 0),
             time_limit=int(record.get("time_limit") or 0),
             gres_detail=tuple(record.get("gres_detail") or ()),
+            node_count=int(record.get("node_count") or 1),
+            tres_per_job=record.get("tres_per_job") or "",
         ))
     return jobs
 
