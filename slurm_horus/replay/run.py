@@ -278,8 +278,24 @@ class LiveReplay:
             if not missing or time.monotonic() > deadline:
                 if missing:
                     self.progress(f"sacct lacks the end of {len(missing)} job(s) after {timeout:g} s")
+                self._verify_tokens(list(rows.values()))
                 return rows
             time.sleep(0.5)
+
+    def _verify_tokens(self, rows):
+        """A ``horus:`` token is believed (its class, the GPU of a shard job) only when horusd
+        recorded its decision in its history database, as the ingest does (``collect/ingest.py``)."""
+        from ..collect.ingest import verify_tokens
+        from ..store.db import open_db
+
+        path = history_db(self.setup, self.policy) or (self.cluster.root / "horus.db")
+        if not any(r.get("horus_id") for r in rows) or not Path(path).exists():
+            return
+        db = open_db(str(path))
+        try:
+            verify_tokens(db, rows)
+        finally:
+            db.close()
 
     def ingest_history(self, t0):
         """Copy sacct into the policy's history database (after the collectors shipped)."""
