@@ -161,7 +161,6 @@ function horus.should_handle(job, conf, now)
   if request.gpu_type and string.match(request.gpu_type, "^g%d+$") then
     return false, "already pinned to a gpu index"
   end
-  if request.gpu_type then return false, "explicit gpu type" end
   return true, request
 end
 
@@ -192,7 +191,8 @@ local function json_value(value)
 end
 horus.json_value = json_value
 
-local HINT_NAMES = { "HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES" }
+local HINT_NAMES = { "HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES",
+  "HORUS_OFF" }
 
 -- A batch job's environment as a Lua table ({} for srun/salloc or when unreadable). slurmctld
 -- builds the whole table on each access of job.environment, so read it once per submission.
@@ -227,6 +227,38 @@ function horus.job_class(env, comment)
   end
   if not name or name == "" or not string.match(name, "^[%w_%.%-]+$") then return "unknown" end
   return name
+end
+
+-- The user opted out (horus-sbatch --horus-off, HORUS_OFF=1 in the job's environment, or the word
+-- horus=off in --comment): the job goes to Slurm untouched and is never shared
+-- (twin: slurm_horus/service/lua_twin.py opted_out; horusd applies the same rule).
+function horus.opted_out(env, comment)
+  local off = env_value(env, "HORUS_OFF")
+  if off and to_bool(trim(off)) then return true end
+  for word in string.gmatch(comment or "", "[^%s,;]+") do
+    local value = string.match(word, "^horus=(%a+)$")
+    if value and (string.lower(value) == "off" or string.lower(value) == "no") then return true end
+  end
+  return false
+end
+
+-- A GPU job left to Slurm (an array, --nodelist, --exclusive, a GPU index of the user's choice,
+-- opted out...) may start on a GPU horusd would give the next job before horusd sees it in the
+-- queue: horusd is told (no answer awaited) and pins nothing until its next look at the queue.
+-- Returns that line, or nil for a job that asks for no GPU (twin: lua_twin.left_message).
+function horus.left_message(job, submit_uid, why)
+  local gpus = horus.count_gpus(job.tres_per_node) + horus.count_gpus(job.tres_per_job)
+    + horus.count_gpus(job.tres_per_task)
+  if gpus == 0 then return nil end
+  return json_value({ op = "left", uid = submit_uid, user = job.user_name, reason = why })
+end
+
+-- An offer is where a 1-GPU job of a class would go on any GPU: only a job asking for just that
+-- (one GPU on one node, of no particular type, in no particular partition) may take one
+-- (twin: lua_twin.offer_fits).
+function horus.offer_fits(job, request, conf)
+  return conf.offers == true and request.gpus_per_node == 1 and request.nodes == 1 and request.gpu_type == nil
+    and (job.partition == nil or job.partition == "")
 end
 
 -- horusd publishes, beside its socket, where a 1-GPU job of each class would go now:
@@ -566,11 +598,19 @@ function horus.take_offer(job, submit_uid, env, conf)
   return "placed " .. token .. " nodes=" .. offer.nodes .. " tres=" .. offer.tres .. " (offer " .. version .. ")"
 end
 
+-- Leave the job to Slurm: tell horusd when it holds GPUs (see left_message). Returns the log outcome.
+function horus.leave(conf, job, submit_uid, why)
+  local line = horus.left_message(job, submit_uid, why)
+  if line then horus.tell(conf, line) end
+  return "skip: " .. why
+end
+
 -- One submission, start to end. Returns a short outcome string for the log.
 function horus.submit(job, submit_uid)
   local conf, disabled = horus.load_config()
   if disabled then return "skip: disabled by " .. conf.disable_file end
   local env = job_environment(job)
+  if horus.opted_out(env, job.comment) then return horus.leave(conf, job, submit_uid, "opted out (horus off)") end
   local claimed = env_value(env, "HORUS_DECISION")
   if claimed then
     if not string.match(claimed, "^[%w%-_]+$") then return "skip: malformed HORUS_DECISION" end
@@ -581,9 +621,8 @@ function horus.submit(job, submit_uid)
     return "confirmed " .. horus.append_token(job, reply)
   end
   local handle, request = horus.should_handle(job, conf)
-  if not handle then return "skip: " .. tostring(request) end
-  if conf.offers and request.gpus_per_node == 1 and request.nodes == 1
-      and (job.partition == nil or job.partition == "") then
+  if not handle then return horus.leave(conf, job, submit_uid, tostring(request)) end
+  if horus.offer_fits(job, request, conf) then
     local offered = horus.take_offer(job, submit_uid, env, conf)
     if offered then return offered end
   end

@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "demo": "slurm_horus.demo:demo",
     "fake-job": "slurm_horus.sim.cli:fake_job",
     "replay": "slurm_horus.replay.cli:replay_command",
+    "admin": "slurm_horus.admin:admin",
 }
 
 

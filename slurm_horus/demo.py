@@ -117,7 +117,7 @@ def submit_with_horus_sbatch(ctx, label, job_class, extra):
 def horus_command(ctx, args, **kwargs):
     env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
     return subprocess.run([sys.executable, "-m", "slurm_horus", *args], env=env, capture_output=True, text=True,
-                          timeout=kwargs.get("timeout", 120))
+                          timeout=kwargs.get("timeout", 120), cwd=str(ctx.cluster.root))
 
 
 def start_collectors(ctx):

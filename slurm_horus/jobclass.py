@@ -56,3 +56,17 @@ def job_class_of(hints=None, requested=None, comment=None, admin_comment=None):
     if not name or not SAFE_CLASS.match(str(name)):
         return UNKNOWN_CLASS
     return str(name)
+
+
+def opted_out(hints=None, comment=None):
+    """The user opted out of horus (horus-sbatch ``--horus-off``): ``HORUS_OFF`` true in the job's
+    environment, or ``horus=off`` (or ``no``) among the words of the comment. job_submit.lua leaves
+    such a job untouched (its twin: ``horus.opted_out``), horusd answers it unchanged: never shared."""
+    off = (hints or {}).get("HORUS_OFF")
+    if off is not None and str(off).strip().lower() in ("1", "yes", "true", "on"):
+        return True
+    for word in _WORD.findall(comment or ""):
+        match = re.match(r"^horus=([A-Za-z]+)\Z", word)
+        if match and match.group(1).lower() in ("off", "no"):
+            return True
+    return False

@@ -49,3 +49,21 @@ def slurm_cluster():
 def slurm_cluster_dbd():
     """A running 4-node x 4-GPU cluster with slurmdbd + MariaDB, so sacct works."""
     yield from local_cluster(with_dbd=True)
+
+
+def horusd_sees_now(cluster, timeout=30.0):
+    """Wait until horusd's cluster state was read after this call began (its ping says how old the
+    state is): a fixed sleep is not enough on a loaded machine, where a refresh takes longer and
+    horusd spaces refreshes out (20x their cost)."""
+    import time
+
+    from slurm_horus.service import protocol
+
+    started = time.time()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = protocol.ask({"op": "ping"}, cluster.horus_socket, timeout_s=2.0)
+        if reply is not None and time.time() - reply["state_age_s"] > started + 0.05:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"horusd read no cluster state within {timeout} s")

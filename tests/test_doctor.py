@@ -2,7 +2,10 @@
 the live cluster in test_live_placement.py and test_live_queue.py)."""
 
 import os
+import re
 import time
+
+import pytest
 
 from slurm_horus.config import load_config
 from slurm_horus.service.doctor import check_offers, check_queue
@@ -61,3 +64,31 @@ def test_kept_jobs_horusd_does_not_count_or_a_silent_horusd_are_named(tmp_path):
     assert any("does not answer" in m for _level, m in silent)
     assert check_queue(config(tmp_path), [], None, now=1000.0) == [
         ("info", "queue: 0 jobs kept by horusd, the oldest for 0 s (lease 30 s)")]
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"policy": "nosuch"}, "unknown policy 'nosuch'"),
+    ({"policy": "horus/min_tput=abc"}, "policy 'horus/min_tput=abc'"),
+    ({"policy": "horus/no_such_option=1"}, "unknown option 'no_such_option'"),
+    ({"tcp": "nohost"}, "tcp: expected host:port"),
+])
+def test_doctor_refuses_what_serve_refuses(tmp_path, settings, says):
+    from slurm_horus.errors import HorusError
+    from slurm_horus.service.app import Horusd
+    from slurm_horus.service.doctor import run_checks
+
+    config = load_config(dict({"socket": str(tmp_path / "s.sock")}, **settings), environ={})
+    problems = run_checks(config, tmp_path / "no-slurm.conf")
+    assert any(level == "error" and says in message and "horus serve refuses it" in message
+               for level, message in problems), problems
+    with pytest.raises(HorusError, match=re.escape(says)):
+        Horusd(config)
+
+
+@pytest.mark.parametrize("binding", ["shard", "indexed", "node"])
+def test_shipped_slurm_conf_snippets_are_complete(binding, tmp_path):
+    from slurm_horus.resources import resource_path
+    from slurm_horus.service.doctor import _check_slurm_conf, read_slurm_conf
+
+    snippet = resource_path("hpc_configs", f"slurm.conf.{binding}")
+    assert _check_slurm_conf(read_slurm_conf(snippet), binding) == []

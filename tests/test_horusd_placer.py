@@ -151,8 +151,8 @@ def test_after_leaving_a_job_to_slurm_nothing_is_pinned_until_a_fresh_state():
     assert woken == [True]
     clock.now += 0.1
     placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock() - 0.5))  # older: still uncertain
-    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]
-    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]  # left to Slurm too
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock() + 0.01))  # read after both
     assert ask(placer, "resnet50-bs64")["action"] == "place"
 
 
@@ -428,6 +428,100 @@ def test_a_reload_keeps_queued_claims_the_ledger_and_the_last_claim(tmp_path, mo
     assert f";claimed={offer_id};" in offers_file.read_text()
     fresh_gpus = re.search(r";gpulist=([^;]+);", offers["lm-bs20"]).group(1)
     assert fresh_gpus not in (first["gpulist"], offer_gpus)  # the new placer knows both jobs
+
+
+# ---- issue 18: what users hit first -------------------------------------------------------------
+
+def test_a_gpu_type_the_user_asked_for_is_kept():
+    clock = Clock()
+    placer = Placer(None, binding="indexed", gpu_type="v100", clock=clock)
+    placer.policy = make_policy("horus", PolicyModels(placer.classes, lambda kind: MODEL))
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock(), features={"n2": "p100"}))
+    for _ in range(4):  # only n2's GPUs are P100s: every P100 job goes there, until they are taken
+        assert ask(placer, "resnet50-bs64", gpu_type="P100")["nodes"] == ["n2"]
+    assert ask(placer, "resnet50-bs64", gpu_type="p100")["action"] == "unchanged"
+    absent = ask(placer, "resnet50-bs64", gpu_type="a100")
+    assert absent["action"] == "unchanged" and "no GPU of type a100" in absent["reason"]
+    assert ask(placer, "resnet50-bs64", gpu_type="bad type;x")["reason"] == "bad gpu_type"
+    # from the TRES string (horus-sbatch), and node binding keeps the type in what it writes
+    node_placer = make_placer(binding="node")
+    reply = place(node_placer, {"op": "place", "tres_per_node": "gres:gpu:v100:2", "job_class": "resnet50-bs64"})
+    assert reply["action"] == "place" and reply["tres"] == "gres:gpu:v100:2"
+
+
+def test_an_opted_out_request_is_left_unchanged():
+    placer = make_placer()
+    for extra in ({"hints": {"HORUS_OFF": "yes"}}, {"comment": "class=lm-bs20 horus=off"}):
+        reply = ask(placer, "lm-bs20", **extra)
+        assert reply["action"] == "unchanged" and "opted out" in reply["reason"]
+    assert len(placer.ledger) == 0
+
+
+def test_a_class_the_model_does_not_know_runs_alone_and_gets_suggestions():
+    placer = make_placer()
+    placer.known_classes = set(MODEL.index.names)
+    reply = ask(placer, "resnet5-bs64")
+    assert reply["class_known"] is False and "resnet50-bs64" in reply["class_suggestions"]
+    assert reply["mode"] == "exclusive" and reply["tres"].startswith("gres:gpu:g")  # no shard: nobody joins
+    known = ask(placer, "resnet50-bs64")
+    assert known["class_known"] is True and known["mode"] == "shareable"
+
+
+def queued_array(job_id, tasks, per_node=1, required="", reason="None"):
+    job = running(job_id, "", [], state="PENDING")
+    return dataclasses.replace(job, tasks=tasks, required_nodes=required, state_reason=reason,
+                               gres_requested=parse_gres(f"gpu:{per_node}"))
+
+
+def test_pending_jobs_horusd_did_not_pin_hold_the_gpus_slurm_will_give_them():
+    # an array of 3 and a 2-GPU job on n2, queued but not started: Slurm takes n1's GPUs 0-2 and two
+    # of n2's first; a pinned job must go elsewhere
+    placer = make_placer(binding="indexed", jobs=[queued_array(5, 3), queued_array(6, 1, per_node=2, required="n2")])
+    held = sorted(g for job in placer.state.jobs.values() for g in job.gpus)
+    assert held == [0, 1, 2, 4, 5]
+    assert all(job.exclusive for job in placer.state.jobs.values())
+    reply = ask(placer, "resnet50-bs64")
+    assert (reply["nodes"], reply["tres"]) in ((["n1"], "gres:gpu:g3:1"), (["n2"], "gres:gpu:g2:1"),
+                                               (["n2"], "gres:gpu:g3:1"))
+    # held and dependent jobs will not start soon: they hold nothing
+    assert make_placer(jobs=[queued_array(5, 3, reason="Dependency")]).state.jobs == {}
+
+
+def test_a_job_left_to_slurm_pauses_pinning_until_the_next_refresh():
+    clock = Clock()
+    placer = make_placer(clock=clock)
+    placer.note_left_to_slurm()
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
+    assert ask(placer, "resnet50-bs64")["action"] == "place"
+
+
+def test_explain_candidates_carry_counts_real_scores_and_the_corunner_slowdown():
+    placer = make_placer(nodes=[node("n1", gpus=2)])
+    free = ask(placer, "resnet18-bs32", explain=True)
+    assert free["candidates_total"] == 2 and free["gpus_total"] == 2
+    assert all("score 1.000" in c["why"] for c in free["candidates"]), free["candidates"]
+    assert "shared via shard" in free["reason"] and "exclusive" not in free["reason"]
+    ask(placer, "resnet18-bs32")  # the second GPU taken too: the next job must share
+    shared = ask(placer, "resnet18-bs64", explain=True)
+    sharing = [c for c in shared["candidates"] if c["corunner_slowdown"] is not None]
+    assert sharing and all(c["corunner_slowdown"] >= 1.0 for c in sharing)
+
+
+def test_a_job_answered_during_the_pause_extends_it_to_a_state_read_after_it():
+    # three jobs left to Slurm in a row: a refresh read between the first and the third does not
+    # show the third, which Slurm may start on any free GPU: pinning must wait for a newer read
+    clock = Clock()
+    placer = make_placer(clock=clock, nodes=[node("n1", gpus=1)])
+    ask(placer, "resnet50-bs64")
+    ask(placer, "recommendation-bs2048")  # no room: left to Slurm, pinning paused
+    clock.now += 0.5
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]  # left to Slurm as well
+    placer.load_snapshot(Snapshot([node("n1", gpus=1)], [], taken_at=clock() - 0.2))  # read before it
+    assert placer.left_to_slurm_since is not None
+    placer.load_snapshot(Snapshot([node("n1", gpus=1)], [], taken_at=clock() + 0.1))
+    assert placer.left_to_slurm_since is None
 
 
 # ---- issue 15: what one user may hold through the user socket ----------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 from slurm_horus.service import protocol
 
-from conftest import local_cluster
+from conftest import horusd_sees_now, local_cluster
 
 pytestmark = pytest.mark.slurm
 
@@ -77,8 +77,9 @@ def wait_output(cluster, job_id, text, timeout=30):
 
 
 def settle(cluster):
-    """Let horusd's next refresh see the jobs Slurm has started (refresh_s = 1)."""
-    time.sleep(1.5)
+    """Let horusd's next refresh see the jobs Slurm has started."""
+    time.sleep(0.2)  # slurmctld has answered; give the started jobs a moment to show in squeue
+    horusd_sees_now(cluster)
 
 
 def fill_gpus(cluster, count):

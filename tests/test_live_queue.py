@@ -159,8 +159,8 @@ def test_jobs_horus_cannot_place_right_are_left_alone(clean):
     left = {
         "dependency": submit(clean, "lm-bs20", extra=[f"--dependency=afterany:{first}"]),
         "begin time set by the user": submit(clean, "lm-bs20", extra=["--begin=now+600"]),
-        # a GPU type the user names (here a GPU index type; a model type, e.g. gpu:a100:1, is
-        # "explicit gpu type": test_lua_twin.py)
+        # a GPU index the user names (a model type, e.g. gpu:v100:1, is kept and placed:
+        # test_first_use.py)
         "already pinned to a gpu index": submit(clean, "lm-bs20", gres="--gres=gpu:g1:1"),
     }
     time.sleep(1)

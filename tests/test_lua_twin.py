@@ -150,8 +150,7 @@ def test_should_handle_cases_mean_what_they_say():
     assert ok and request["gpus_per_node"] == 2 and request["nodes"] == 2
     gpu = {"tres_per_node": "gres:gpu:1"}
     for extra, reason in (({"dependency": "afterany:3"}, "dependency"), ({"reservation": "r"}, "reservation"),
-                          ({"begin_time": NOW + 60}, "begin time set by the user"),
-                          ({"tres_per_node": "gres:gpu:v100:1"}, "explicit gpu type")):
+                          ({"begin_time": NOW + 60}, "begin time set by the user")):
         assert lua_twin.should_handle({**gpu, **extra}, conf, NOW) == (False, reason)
     assert lua_twin.should_handle({**gpu, "begin_time": NOW}, conf, NOW)[0]  # --begin=now: nothing to keep
 
@@ -303,7 +302,7 @@ def test_horusd_reads_gpu_counts_as_the_lua_does(lua, tres, field, nodes, tasks)
         assert counts is None or counts[0] == 0
     else:
         lua_request = from_lua(lua_request)
-        assert counts == (lua_request["gpus_per_node"], lua_request["nodes"])
+        assert counts == (lua_request["gpus_per_node"], lua_request["nodes"], lua_request.get("gpu_type"))
 
 
 CONFIRMS = [
@@ -442,6 +441,68 @@ def test_the_shipped_site_file_reads_the_same_in_lua_and_in_horus(lua, tmp_path)
     assert lua_conf == normalize(lua_twin.parse_config(text))
     for name, value in lua_conf.items():
         assert normalize(getattr(site, name)) == value, name
+
+
+OPT_OUT_CASES = [
+    ({}, None), ({"HORUS_OFF": "1"}, None), ({"HORUS_OFF": "yes"}, "class=lm"), ({"HORUS_OFF": " on "}, None),
+    ({"HORUS_OFF": "0"}, None), ({"HORUS_OFF": ""}, "class=lm"), ({}, "class=lm horus=off"),
+    ({}, "horus=OFF,class=lm"), ({}, "class=lm;horus=no"), ({}, "horus=on"), ({}, "xhorus=off"),
+    ({}, "horus=off1"), ({}, "horus = off"), ({"HORUS_OFF": "false"}, "horus=off"),
+]
+
+
+@pytest.mark.parametrize("env, comment", OPT_OUT_CASES)
+def test_opted_out_twin(lua, env, comment):
+    assert lua.globals().HORUS.opted_out(to_lua(lua, env), comment) == lua_twin.opted_out(env, comment)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.sampled_from(["1", "0", "yes", "TRUE", " on", "off", ""])),
+       st.one_of(st.none(), st.lists(st.sampled_from(["horus=off", "horus=no", "horus=On", "class=a", "horus=",
+                                                     "x", "horus=off,", ";horus=no;"]), max_size=4).map(" ".join),
+                 st.text(alphabet="horus=ofn ,;\t", max_size=20)))
+def test_opted_out_twin_property(lua, off, comment):
+    env = {} if off is None else {"HORUS_OFF": off}
+    assert lua.globals().HORUS.opted_out(to_lua(lua, env), comment) == lua_twin.opted_out(env, comment)
+
+
+def test_opted_out_means_what_it_says():
+    assert lua_twin.opted_out({"HORUS_OFF": "1"}, None) and lua_twin.opted_out({}, "class=x horus=off")
+    assert not lua_twin.opted_out({"HORUS_OFF": "0"}, "class=x") and not lua_twin.opted_out({}, "horus=on")
+
+
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("why", ["job array", "opted out (horus off)"])
+def test_left_message_twin(lua, job, why):
+    job = dict(job, user_name="alice")
+    lua_line = lua.globals().HORUS.left_message(to_lua(lua, job), 1000, why)
+    py_message = lua_twin.left_message(job, 1000, why)
+    assert (None if lua_line is None else json.loads(lua_line)) == py_message
+    assert (py_message is None) == (lua_twin.count_gpus(job.get("tres_per_node"))[0]
+                                    + lua_twin.count_gpus(job.get("tres_per_job"))[0]
+                                    + lua_twin.count_gpus(job.get("tres_per_task"))[0] == 0)
+
+
+@pytest.mark.parametrize("job", JOBS + [{"tres_per_node": "gres:gpu:1", "partition": "p"},
+                                        {"tres_per_node": "gres:gpu:1", "partition": ""}])
+@pytest.mark.parametrize("config_text", ["", "offers = no\n"])
+def test_offer_fits_twin(lua, job, config_text):
+    horus = lua.globals().HORUS
+    request, _ = lua_twin.gpu_request(job)
+    if request is None:
+        return
+    lua_request, _ = pair(horus.gpu_request(to_lua(lua, job)))
+    assert horus.offer_fits(to_lua(lua, job), lua_request, horus.parse_config(config_text)) == \
+        lua_twin.offer_fits(job, request, lua_twin.parse_config(config_text))
+
+
+def test_offer_fits_means_what_it_says():
+    conf = lua_twin.parse_config("")
+    fits = lua_twin.offer_fits
+    assert fits({}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": None}, conf)
+    assert not fits({}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": "a100"}, conf)  # a type is kept
+    assert not fits({"partition": "p"}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": None}, conf)
+    assert not fits({}, {"gpus_per_node": 2, "nodes": 1, "gpu_type": None}, conf)
 
 
 # ---- the circuit breaker (issue 15): a hung horusd must not cost every submission the deadline --

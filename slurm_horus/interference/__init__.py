@@ -12,7 +12,7 @@ _HOMES = {
     ".classes": ("class_name", "gavel_class"),
     ".gpus": ("GPU_MEMORY_MB", "gpu_memory_mb"),
     ".io": ("load_observations_csv", "load_profiles_csv", "write_observations_csv", "write_profiles_csv"),
-    ".model": ("PREDICTORS", "build_model", "explain_set", "model_from_dict", "predict_set"),
+    ".model": ("PREDICTORS", "build_model", "class_summary", "explain_set", "model_from_dict", "predict_set"),
     ".priors": ("builtin_priors",),
     ".table": ("SOURCES",),
 }
@@ -21,7 +21,7 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = [
     "Observation", "Prediction", "Predictor", "SoloProfile", "compose_norm_tputs", "class_name", "gavel_class",
     "GPU_MEMORY_MB", "gpu_memory_mb", "load_observations_csv", "load_profiles_csv", "write_observations_csv",
-    "write_profiles_csv", "PREDICTORS", "build_model", "model_from_dict", "predict_set", "explain_set", "builtin_priors",
+    "write_profiles_csv", "PREDICTORS", "build_model", "class_summary", "model_from_dict", "predict_set", "explain_set", "builtin_priors",
     "SOURCES",
 ]
 

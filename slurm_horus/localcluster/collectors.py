@@ -28,7 +28,8 @@ class StandinCollectors:
                 ["collect", "--backend", "standin", "--node", node, "--gpus", str(self.cluster.gpus),
                  "--interval", f"{self.interval_s:g}", "--spool", str(spool), "--ship-every",
                  f"{self.ship_every_s:g}", "--db", self.db_path, "--slurm-conf", str(self.cluster.slurm_conf)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                cwd=str(self.cluster.root))  # python -m looks in the current directory first
             self.running.append((spool, subprocess.Popen(argv, **kwargs)))
         return self
 
@@ -45,7 +46,7 @@ class StandinCollectors:
                 process.wait()
             if ship and spool.exists():
                 argv, kwargs = self._horus(["collect", "--ship", "--spool", str(spool), "--db", self.db_path],
-                                           capture_output=True, timeout=120)
+                                           capture_output=True, timeout=120, cwd=str(self.cluster.root))
                 subprocess.run(argv, **kwargs)
 
     def kill(self):

@@ -20,6 +20,7 @@ class JobRequest:
     submit_time: float = 0.0
     exclusive: bool = False  # the user asked for whole GPUs
     extra_partitions: Tuple[str, ...] = ()  # partitions it may borrow from (DeepBoot lending)
+    gpu_type: str = ""  # "" = any; else only GPUs of this type (the user asked for it)
 
     @property
     def n_gpus(self) -> int:
@@ -43,6 +44,7 @@ class Candidate:
     shared: bool
     job_tput: float
     note: str = ""
+    corunner_tput: float = 1.0  # predicted throughput the job already on that GPU keeps (1.0: none)
 
 
 @dataclass
@@ -66,6 +68,7 @@ class Decision:
     # global batch unchanged; 0 / 1 = as submitted. Reaches the job as HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM.
     micro_batch: int = 0
     grad_accum: int = 1
+    n_feasible: int = 0  # GPUs that passed the filter (``candidates`` lists the best of them)
 
     @property
     def exclusive(self) -> bool:

@@ -47,7 +47,9 @@ class Decision:
         self.decision_id = str(reply.get("id") or "")
         if not _DECISION_ID.match(self.decision_id):
             raise ValueError(f"bad id {self.decision_id!r}")
-        self.mode = reply.get("mode") if reply.get("mode") in ("exclusive", "shareable", "shared") else ""
+        # shareable: alone on a GPU shard for now (binding shard), a well-matched job may join it
+        self.mode = {"exclusive": "exclusive", "shared": "shared", "shareable": "shared via shard, alone for now"}.get(
+            reply.get("mode"), "")
         self.predicted_slowdown = _number(reply, "slowdown", float, 0.0, 1000.0)
         self.mps_percentage = _number(reply, "mps_thread_percentage", int, 1, 100)
         self.micro_batch = _number(reply, "micro_batch", int, 1, 1 << 30)

@@ -90,6 +90,21 @@ class SlurmReader:
         return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features, preemption=self._preemption)
 
 
+def check_serve_config(config):
+    """Raise HorusError for what ``horus serve`` refuses in a configuration (an unknown policy or
+    policy option, a bad tcp address); ``horus doctor`` runs the very same check."""
+    from ..placement.state import ClassIndex
+
+    try:  # no model is built: the check is about names and options
+        make_policy(config.policy, PolicyModels(ClassIndex(), lambda kind: None))
+    except (ValueError, TypeError) as exc:
+        raise HorusError(f"policy {config.policy!r}: {exc}") from None
+    if config.tcp:
+        _host, sep, port = config.tcp.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise HorusError(f"tcp: expected host:port, got {config.tcp!r}")
+
+
 def build_placer(config, predictor_factory=None, history=None):
     """A Placer for the site config. Models: the newest one stored in the history database when it
     is of the kind a policy asks for (a refit learned the site's own pairs), else the built-in priors."""
@@ -113,11 +128,15 @@ def build_placer(config, predictor_factory=None, history=None):
         placer.policy = make_policy(config.policy, models)
     except ValueError as exc:
         raise HorusError(f"policy: {exc}") from None
+    # the classes the policy's model knows: any other class is treated as unknown (a GPU of its own)
+    for table in placer.policy.pair_tables():
+        placer.known_classes |= set(getattr(getattr(table.predictor, "index", None), "names", ()))
     return placer
 
 
 class Horusd:
     def __init__(self, config, reader=None, predictor_factory=None):
+        check_serve_config(config)
         self.config = config
         self.reader = reader or SlurmReader()
         self.predictor_factory = predictor_factory
@@ -166,6 +185,9 @@ class Horusd:
         if op == "claim":
             self.placer.claim(request)
             return None  # a notification: nothing is sent back
+        if op == "left":
+            self.placer.note_left_to_slurm()  # a GPU job job_submit.lua left to Slurm (a notification)
+            return None
         if op != "place":
             return error(f"unknown op {message.get('op')!r}")
         placer = self.placer  # one consistent placer per request, even during a reload

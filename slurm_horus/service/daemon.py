@@ -15,6 +15,7 @@ jobs whenever the cluster changes and at least every ``cycle_s``; :meth:`Placer.
 jobs to start and where, which horusd applies with ``scontrol update`` (mover.py).
 """
 
+import difflib
 import logging
 import threading
 import time
@@ -30,9 +31,9 @@ from ..placement.state import ClassIndex, ClusterState
 from .ledger import Ledger, LedgerEntry
 from .offers import OfferBook
 from .protocol import Reply, Request, unchanged
-from .replies import explain_candidates, keep_reply, placement_reply
+from .replies import candidate_counts, explain_candidates, keep_reply, placement_reply
 from ..slurm.partitions import Preemption
-from .snapshot import KeptJob, Snapshot, translate
+from .snapshot import KeptJob, Snapshot, reserve_where_slurm_starts, translate
 
 log = logging.getLogger("horusd")
 
@@ -73,6 +74,9 @@ class Placer:
         self.slowdown_limit = slowdown_limit
         self.clock = clock
         self.classes = ClassIndex(known_classes)
+        # the classes the interference model knows (build_placer fills it); a class outside it is
+        # treated as unknown: a GPU of its own unless share_unknown (empty: every class is known)
+        self.known_classes = set(known_classes)
         self.lock = threading.Lock()
         self.ledger = Ledger(ledger_ttl_s)
         self.offers = OfferBook()
@@ -116,6 +120,8 @@ class Placer:
             now = self.clock()
             self.ledger.settle(view.placed_tokens, now)
             self.ledger.reapply(view.state)
+            for job in view.unpinned:  # after every pinned job and ledger entry: what is left, Slurm takes
+                reserve_where_slurm_starts(view.state, job, snapshot.taken_at)
             # a kept job the cycle placed a moment ago may still show as kept: the ledger has it
             self.kept = {job_id: kept for job_id, kept in view.kept.items() if kept.decision_id not in self.ledger}
             for kept in self.kept.values():
@@ -139,8 +145,23 @@ class Placer:
         return max(0.0, self.clock() - self.snapshot_time) if self.snapshot_time else float("inf")
 
     # ---- decisions ------------------------------------------------------------------------------
+    def class_known(self, job_class):
+        """Whether the interference model knows ``job_class`` (always, when no model classes are set)."""
+        if job_class == UNKNOWN_CLASS:
+            return False
+        return not self.known_classes or job_class in self.known_classes
+
+    def class_fields(self, job_class):
+        """``class_known`` and, for a class the model does not know, the closest known names."""
+        known = self.class_known(job_class)
+        if known or job_class == UNKNOWN_CLASS:
+            return {"class_known": known}
+        return {"class_known": False,
+                "class_suggestions": difflib.get_close_matches(job_class, sorted(self.known_classes), n=3, cutoff=0.6)}
+
     def job_request(self, request: Request, decision_id) -> JobRequest:
-        may_share = request.job_class != UNKNOWN_CLASS or self.share_unknown
+        # a class the model does not know is treated as unknown: a GPU of its own unless share_unknown
+        may_share = self.class_known(request.job_class) or self.share_unknown
         partitions = [p for p in request.partition.split(",") if p]
         return JobRequest(
             job_id=decision_id, job_class=request.job_class, gpus_per_node=request.gpus_per_node,
@@ -150,7 +171,18 @@ class Placer:
             # only a shard lets a second job join a GPU, and a shard is one GPU: indexed/node bindings
             # and multi-GPU jobs hold whole GPUs (the policy must not pair them: Slurm could not)
             exclusive=not may_share or self.binding != "shard" or request.gpus_per_node * request.nodes > 1,
+            gpu_type=request.gpu_type,
         )
+
+    def _known_pair(self, job_class):
+        fields = self.class_fields(job_class)
+        return fields["class_known"], fields.get("class_suggestions") or []
+
+    def note_left_to_slurm(self):
+        """job_submit.lua left a GPU job to Slurm (an array, --nodelist, --exclusive, opted out...): it
+        may start on any free GPU before our next refresh, so pin nothing until that refresh."""
+        with self.lock:
+            self._left_to_slurm()
 
     def queue_waiting(self) -> bool:
         """Jobs wait in horusd's queue (or were kept a moment ago and squeue does not show them yet):
@@ -161,6 +193,8 @@ class Placer:
         """Decide for one place request: place it now, keep it for the queue, or leave it to Slurm."""
         if request.problem:
             return unchanged(request.problem)
+        if request.opted_out:
+            return unchanged("the user opted out (--horus-off, HORUS_OFF or horus=off): left to Slurm, never shared")
         with self.lock:
             if request.records and not request.from_user:  # only job_submit.lua's classes get offers
                 self.offers.note_class(request.job_class)
@@ -168,6 +202,9 @@ class Placer:
             state = self.state
             if state is None:
                 return unchanged("no cluster state yet")
+            if request.gpu_type and request.gpu_type not in state.gpu_types:
+                return unchanged(f"no GPU of type {request.gpu_type} here (horusd knows "
+                                 f"{', '.join(state.gpu_types) or 'none'}): left to Slurm")
             decision_id = new_decision_id()
             req = self.job_request(request, decision_id)
             if request.from_user and request.records and \
@@ -183,7 +220,12 @@ class Placer:
                     return unchanged("jobs wait in horusd's queue: this one joins them when submitted")
             if self.left_to_slurm_since is not None:
                 why = "jobs left to Slurm may be starting: waiting for a fresh cluster state"
-                return self._keep(req, why, request.held) if keeping else unchanged(why)
+                if keeping:
+                    return self._keep(req, why, request.held)
+                if request.records:
+                    # this job goes to Slurm unpinned too: only a state read after it may end the pause
+                    self._left_to_slurm()
+                return unchanged(why)
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=request.explain)
@@ -192,7 +234,8 @@ class Placer:
                     return self._keep(req, decision.reason, request.held)
                 if request.records:
                     self._left_to_slurm()
-                return unchanged(decision.reason, candidates=explain_candidates(decision))
+                return unchanged(decision.reason, candidates=explain_candidates(decision),
+                                 **candidate_counts(decision, state), **self.class_fields(req.job_class))
             if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
                 why = f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit"
                 if keeping:
@@ -201,6 +244,7 @@ class Placer:
                     self._left_to_slurm()
                 return unchanged(why)
             reply = placement_reply(state, decision, req, self.binding, decision_id, self.state_age())
+            reply.class_known, reply.class_suggestions = self._known_pair(req.job_class)
             if request.records:
                 self._record(state, req, decision, reply, request.uid, from_user=request.from_user)
             elif request.offer:

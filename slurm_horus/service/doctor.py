@@ -165,12 +165,25 @@ def check_queue(config, jobs, ping=None, now=None):
     return problems
 
 
+def check_horus_config(config):
+    """What ``horus serve`` would refuse in the site configuration (the same check it runs)."""
+    from ..errors import HorusError
+    from .app import check_serve_config
+
+    try:
+        check_serve_config(config)
+    except HorusError as exc:
+        return [("error", f"site configuration: {exc} (horus serve refuses it)")]
+    return []
+
+
 def run_checks(config, slurm_conf=None):
+    problems = check_horus_config(config)
     slurm_conf = Path(slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
     if not slurm_conf.exists():
-        return [("error", f"{slurm_conf} not found (give --slurm-conf or set SLURM_CONF)")]
+        return problems + [("error", f"{slurm_conf} not found (give --slurm-conf or set SLURM_CONF)")]
     conf = read_slurm_conf(slurm_conf)
-    problems = _check_slurm_conf(conf, config.binding)
+    problems += _check_slurm_conf(conf, config.binding)
     problems += _check_gres_conf(slurm_conf.parent / "gres.conf", config.binding)
     problems += _check_lua(slurm_conf.parent / "job_submit.lua")
     problems += _check_socket(config, conf.get("slurmuser", "root"))

@@ -12,6 +12,8 @@ numbers carry Slurm's NO_VAL (4294967294).
 import re
 import time
 
+from .. import jobclass
+
 NO_VAL = 4294967294
 NO_VAL16 = 65534
 
@@ -144,9 +146,28 @@ def should_handle(job, conf, now=None):
         return False, "explicit exclusive"
     if request["gpu_type"] and _INDEX_TYPE.match(request["gpu_type"]):
         return False, "already pinned to a gpu index"
-    if request["gpu_type"]:
-        return False, "explicit gpu type"
     return True, request
+
+
+def opted_out(env, comment):
+    """Twin of ``horus.opted_out``: the production reader is :func:`slurm_horus.jobclass.opted_out`."""
+    return jobclass.opted_out(env, comment)
+
+
+def left_message(job, submit_uid, why):
+    """The notification for horusd when a GPU job is left to Slurm, as a dict (the Lua sends it as
+    one JSON line); None for a job that asks for no GPU."""
+    gpus = sum(count_gpus(job.get(k))[0] for k in ("tres_per_node", "tres_per_job", "tres_per_task"))
+    if gpus == 0:
+        return None
+    message = {"op": "left", "uid": submit_uid, "user": job.get("user_name"), "reason": why}
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def offer_fits(job, request, conf):
+    """Whether a job may take a published offer: one untyped GPU on one node, no partition named."""
+    return (conf["offers"] is True and request["gpus_per_node"] == 1 and request["nodes"] == 1
+            and request.get("gpu_type") is None and not job.get("partition"))
 
 
 def parse_kv(line):

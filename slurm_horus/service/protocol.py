@@ -16,7 +16,8 @@ Request (client -> horusd); every field optional except ``op``::
      "reply": "kv", "keep": true, "held": false, "explain": false, "dry_run": false}
 
 ``op`` is ``place`` (decide and record), ``confirm`` (is decision ``id`` ours and the caller's?),
-``claim`` (job_submit.lua took offer ``id``: a notification, nothing is answered), ``ping``,
+``claim`` (job_submit.lua took offer ``id``: a notification, nothing is answered), ``left``
+(job_submit.lua left a GPU job to Slurm: a notification), ``ping``,
 ``reload``. ``gpus_per_node``/``num_nodes`` are the counts job_submit.lua read; other clients may
 send the TRES strings instead. ``keep``: the client can keep the job for horusd's queue
 (job_submit.lua); ``held``: the job is held by its user (``sbatch -H``). ``reply: "kv"`` asks for
@@ -56,10 +57,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import InputError
-from ..jobclass import UNKNOWN_CLASS, job_class_of
+from ..jobclass import SAFE_CLASS, UNKNOWN_CLASS, job_class_of, opted_out
 from ..slurm.gres import parse_gres
 
-OPS = ("place", "confirm", "claim", "ping", "reload")
+OPS = ("place", "confirm", "claim", "left", "ping", "reload")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9\-_]{1,64}\Z")
 
 MAX_LINE_BYTES = 64 * 1024  # a request line (the largest real one, horus-sbatch's, is ~1 KiB)
@@ -162,6 +163,8 @@ class Request:
     dry_run: bool = False
     offer: bool = False  # horusd's own offers: decided, not recorded until claimed
     from_user: bool = False  # came on the user socket (horus-sbatch): uid from the peer's credentials
+    opted_out: bool = False  # HORUS_OFF / horus=off: answered unchanged, never shared
+    gpu_type: str = ""  # a GPU type the user asked for ("" = any): placed only among those GPUs
     problem: str = ""
 
     @property
@@ -184,34 +187,37 @@ def _text(value, limit=1024):
 
 
 def gpu_counts(tres_per_node="", tres_per_job="", tres_per_task="", nodes=None, tasks=None):
-    """(gpus per node, nodes) from job_desc's TRES strings, the way job_submit.lua reads them
-    (its twin is ``lua_twin.gpu_request``); (0, nodes) when no GPU is asked for. Raises ValueError
-    when the counts cannot be split evenly over the nodes."""
+    """(gpus per node, nodes, GPU type or None) from job_desc's TRES strings, the way job_submit.lua
+    reads them (its twin is ``lua_twin.gpu_request``); (0, nodes, None) when no GPU is asked for.
+    The type is the one the typed GPU items name (none when untyped, mixed, or per task). Raises ValueError when
+    the counts cannot be split evenly over the nodes."""
     nodes = max(_int_or_none(nodes) or 1, 1)
 
     def gpus_in(text):
         # the forms job_desc and sbatch spell: gres:gpu:2, gres/gpu=2, gpu:v100:1, gpu
         text = ",".join(re.sub(r"[=/]", ":", item.strip()) for item in (text or "").split(","))
         try:
-            return sum(item.count for item in parse_gres(text) if item.name == "gpu")
+            items = [item for item in parse_gres(text) if item.name == "gpu"]
         except InputError:
             raise ValueError(f"bad gpu request {text!r}") from None
+        types = {item.type for item in items if item.type}  # untyped items name no type; mixed: none
+        return sum(item.count for item in items), (types.pop() if len(types) == 1 else None)
 
-    per_node = gpus_in(tres_per_node)
+    per_node, gpu_type = gpus_in(tres_per_node)
     if per_node > 0:
-        return per_node, nodes
-    per_job = gpus_in(tres_per_job)
+        return per_node, nodes, gpu_type
+    per_job, gpu_type = gpus_in(tres_per_job)
     if per_job > 0:
         if per_job % nodes:
             raise ValueError("gpus per job not divisible by nodes")
-        return per_job // nodes, nodes
-    per_task = gpus_in(tres_per_task)
+        return per_job // nodes, nodes, gpu_type
+    per_task, _type = gpus_in(tres_per_task)  # as the Lua: a per-task request keeps no type
     if per_task > 0:
         tasks = max(_int_or_none(tasks) or 1, 1)
         if tasks % nodes:
             raise ValueError("tasks not divisible by nodes")
-        return per_task * tasks // nodes, nodes
-    return 0, nodes
+        return per_task * tasks // nodes, nodes, None
+    return 0, nodes, None
 
 
 def parse_request(message: dict) -> Request:
@@ -235,7 +241,9 @@ def parse_request(message: dict) -> Request:
     hints = message.get("hints") if isinstance(message.get("hints"), dict) else {}
     hints = {k: str(v) for k, v in hints.items() if isinstance(k, str) and isinstance(v, (str, int))}
     requested = message.get("job_class") if isinstance(message.get("job_class"), str) else None
-    request.job_class = job_class_of(hints=hints, requested=requested, comment=_text(message.get("comment"), 4096))
+    comment = _text(message.get("comment"), 4096)
+    request.job_class = job_class_of(hints=hints, requested=requested, comment=comment)
+    request.opted_out = opted_out(hints, comment)
     limit = message.get("time_limit_min")
     if isinstance(limit, (int, float)) and not isinstance(limit, bool) and 0 < limit < 1e9:
         request.time_limit_s = float(limit) * 60
@@ -243,12 +251,15 @@ def parse_request(message: dict) -> Request:
         if "gpus_per_node" in message:
             per_node, nodes = _int_or_none(message["gpus_per_node"]), message.get("num_nodes")
             nodes = 1 if nodes is None else _int_or_none(nodes)
+            gpu_type = message.get("gpu_type")
             if per_node is None or nodes is None:
                 raise ValueError("bad gpus_per_node or num_nodes")
         else:
-            per_node, nodes = gpu_counts(*(_text(message.get(k)) for k in
-                                           ("tres_per_node", "tres_per_job", "tres_per_task")),
-                                         message.get("num_nodes"), message.get("num_tasks"))
+            per_node, nodes, gpu_type = gpu_counts(*(_text(message.get(k)) for k in
+                                                     ("tres_per_node", "tres_per_job", "tres_per_task")),
+                                                   message.get("num_nodes"), message.get("num_tasks"))
+        if gpu_type is not None and (not isinstance(gpu_type, str) or not SAFE_CLASS.match(gpu_type)):
+            raise ValueError("bad gpu_type")
     except ValueError as exc:
         request.problem = str(exc)
         return request
@@ -256,6 +267,7 @@ def parse_request(message: dict) -> Request:
         request.problem = "no gpu requested"
         return request
     request.gpus_per_node, request.nodes = per_node, nodes
+    request.gpu_type = gpu_type.lower() if gpu_type else ""
     return request
 
 
@@ -282,6 +294,10 @@ class Reply:
     age: Optional[float] = None  # seconds since the cluster state was read
     lease: Optional[int] = None  # keep: seconds until Slurm may start the job on its own
     offers_version: Optional[int] = None
+    class_known: Optional[bool] = None  # whether the interference model knows the job's class ...
+    class_suggestions: List[str] = field(default_factory=list)  # ... and if not, the closest names it knows
+    candidates_total: Optional[int] = None  # GPUs that could take the job (--explain lists the best)
+    gpus_total: Optional[int] = None  # GPUs of the cluster
     micro_batch: Optional[int] = None  # SJF-BSBF sub-batching: samples per step ...
     grad_accum: Optional[int] = None  # ... and steps accumulated per update (HORUS_MICRO_BATCH/_GRAD_ACCUM)
     candidates: list = field(default_factory=list)
@@ -300,6 +316,8 @@ class Reply:
                            ("policy", self.policy), ("partition", self.partition), ("age", self.age),
                            ("lease", self.lease), ("offers_version", self.offers_version),
                            ("micro_batch", self.micro_batch), ("grad_accum", self.grad_accum),
+                           ("class_known", self.class_known), ("class_suggestions", self.class_suggestions),
+                           ("candidates_total", self.candidates_total), ("gpus_total", self.gpus_total),
                            ("candidates", self.candidates)):
             if value not in (None, "", [], {}):
                 out[key] = value

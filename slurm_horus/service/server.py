@@ -265,7 +265,7 @@ class Frontend:
         if isinstance(op, str) and op in SLOW_OPS:
             self._hand_to_worker(client, message)
             return False
-        if op != "claim" and _peer_gone(client.sock):
+        if op not in ("claim", "left") and _peer_gone(client.sock):
             # the submitter gave up (job_submit.lua closes after its deadline): deciding now would
             # hold GPUs for a job that went to Slurm unchanged. A claim is a fact: it still counts.
             self.expired += 1

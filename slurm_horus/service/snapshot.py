@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Set
 
 from ..errors import InputError
-from ..jobclass import job_class_of
+from ..hostlist import expand_hostlist
+from ..jobclass import UNKNOWN_CLASS, job_class_of
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
 from ..slurm.gres import parse_gres
@@ -60,6 +61,7 @@ class View:
     unshaped: Set[str]  # Slurm job ids of kept jobs that ask for no GPU (to be given their shard back)
     pending_jobs: int  # jobs that wait for resources (not held, not waiting on another job)
     pending_gpus: int  # the GPUs (a shard: one) they ask for: the "pressure" of the policies
+    unpinned: list = field(default_factory=list)  # pending GPU jobs nobody pinned: Slurm picks their GPUs
 
 
 def node_gpu_count(node):
@@ -152,6 +154,8 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
             pinned = _pinned_pending_job(state, job, fields, job_class, now)
             if pinned is not None:
                 state.place(pinned)
+            elif not fields.get("gpus") and not job.state_reason.startswith(NOT_STARTING_SOON):
+                view.unpinned.append(job)
         elif job.state in RUNNING_STATES:
             running = _running_job(state, job, fields, job_class, now)
             if running is not None:
@@ -169,6 +173,35 @@ def _running_job(state, job, fields, job_class, now):
     end = float(job.end_time) if job.end_time else now + DEFAULT_LIMIT_S
     return RunningJob(str(job.job_id), job_class, gpus, float(job.start_time or now), end,
                       exclusive=holds_whole_gpu, user=job.user, partition=job.partition)
+
+
+def reserve_where_slurm_starts(state, job, now):
+    """Reserve, as exclusive, the GPUs Slurm will most likely give a pending GPU job horusd did not
+    pin (a job array's tasks, a job with --nodelist or --exclusive, one left to Slurm), so that no
+    job is pinned where it would wait behind it. The rule is cons_tres' first fit (the one
+    ``placement/policies/slurm_default.py`` models): nodes in order (only those the job named, in its
+    partition), on each the lowest free GPUs; one reservation per task that fits now. Call it after
+    every pinned job and ledger entry is in ``state``."""
+    per_node = sum(item.count for item in job.gres_requested if item.name == "gpu")
+    if per_node < 1:
+        return
+    named = set(expand_hostlist(job.required_nodes)) if job.required_nodes else None
+    partitions = set(job.partition.split(",")) if job.partition else None
+    end = now + (job.time_limit * 60.0 if job.time_limit else 3600.0)
+    for task in range(job.tasks):
+        if state.n_free < per_node:
+            return  # a full cluster (the common case under load) costs nothing to check
+        for node_id, node in enumerate(state.nodes):
+            if state.node_free[node_id] < per_node or (named is not None and node.name not in named) or \
+                    (partitions and not partitions & set(node.partitions)):
+                continue
+            free = [g for g in range(node.first_gpu, node.first_gpu + node.n_gpus) if state.gpu_njobs[g] == 0]
+            if len(free) >= per_node:
+                state.place(RunningJob(f"{job.job_id}.slurm{task}", UNKNOWN_CLASS, tuple(free[:per_node]), now, end,
+                                       exclusive=True, user=job.user, partition=job.partition))
+                break
+        else:
+            return  # this task waits for GPUs to free: so do the ones after it
 
 
 def _pinned_pending_job(state, job, fields, job_class, now):
