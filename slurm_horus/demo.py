@@ -264,7 +264,9 @@ def replay_short_workload(ctx):
         ctx.echo(f"      {line}")
     ratios = payload["ratios_to_slurm_default"]["horus"]
     ctx.echo(f"    horus vs plain Slurm, mean JCT: live {ratios['live']['mean_jct'] - 1:+.0%} (sacct), "
-             f"simulated {ratios['sim']['mean_jct'] - 1:+.0%} (the same placement core, told what horusd knows)")
+             f"simulated {ratios['sim']['mean_jct'] - 1:+.0%} (the same placement core, told what horusd knows "
+             f"and how late each live scheduler acts at x{speedup:g}; acting at once: "
+             f"{ratios['sim_ideal']['mean_jct'] - 1:+.0%})")
     result = horus_command(ctx, ["report", "users", "--db", str(history / "horus.db")])
     ctx.echo(f"    horus report users --db {history / 'horus.db'}   (sacct + GPU samples of the horus replay)")
     for line in (result.stdout or result.stderr).rstrip().splitlines():

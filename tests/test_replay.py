@@ -13,7 +13,7 @@ import pytest
 from slurm_horus.localcluster import LocalCluster
 from slurm_horus.localcluster.procs import marked_processes, pid_alive
 from slurm_horus.replay.cli import parse_replay_cluster
-from slurm_horus.replay.live import LiveJob, LiveRun, summarize_live
+from slurm_horus.replay.live import LiveJob, LiveRun, measure_cadence, summarize_live
 from slurm_horus.replay.workload import offered_load, philly_like, write_generic
 from slurm_horus.sim.traces import TraceJob
 from slurm_horus.sim.truth import load_truth
@@ -60,6 +60,20 @@ def test_a_failed_last_attempt_is_unfinished_and_an_oom_retry_counts():
     assert s["mean_jct"] == pytest.approx(40.0)  # first submit to the end of the last attempt
     rows[6]["state"] = "FAILED"
     assert summarize_live(LiveRun("horus", jobs, rows, 1000.0, 0.0, 10.0, 1), TRUTH, "v100")["unfinished"] == 1
+
+
+def test_the_live_cadence_is_read_from_sacct():
+    """GPU 0: a (alone, 2 s of work) ends at 1004; b, submitted at 1001, starts there at 1005 (1 s
+    late); c shares GPU 1 with d. Speedup 100: 200 trace-s of work is 2 s."""
+    traces = [TraceJob(n, 0.0, 200.0, job_class="a3c") for n in "abcd"]
+    jobs = [LiveJob(i, t, attempts=[10 + i]) for i, t in enumerate(traces)]
+    rows = {10: _row(10, "a3c", 1000, 1002, 1004, 0), 11: _row(11, "a3c", 1001, 1005, 1008, 0),
+            12: _row(12, "a3c", 1000, 1000, 1003, 1), 13: _row(13, "a3c", 1000, 1001, 1004, 1)}
+    cadence = measure_cadence(LiveRun("horus", jobs, rows, 1000.0, 0.0, 100.0, 2))
+    # only b waited (a started 2 s after its submission but after no end on its GPU)
+    assert cadence["end_to_cycle_s"] == 1.0 and cadence["queued_starts"] == 1
+    # a and b ran alone: 2 s and 3 s in sacct for 2 s of work each
+    assert cadence["launch_s"] == 0.5 and cadence["jobs_alone"] == 2
 
 
 def test_cluster_spec_and_workload():
@@ -127,6 +141,9 @@ def test_replay_on_real_slurm_beside_the_simulator(tmp_path, clusters):
         # live and simulated runs are is measured by bench/bench_replay.py, not here
         assert 0.9 * sim["makespan"] <= live["makespan"] <= sim["makespan"] + 6 * 2.0 * 100, (name, live, sim)
     assert payload["policies"]["slurm-default"]["live"]["shared_share"] == 0.0
+    for entry in payload["policies"].values():  # the cadence the simulator was told, and the one measured
+        assert entry["cadence"]["told_sim"]["end_to_cycle_s"] > 0 and entry["sim_ideal"]["jobs"] == 6
+        assert entry["cadence"]["measured"]["launch_s"] is not None
     assert "live/sim" in result.stdout and "slurm-default" in result.stdout
     assert "<svg" in report.read_text()
     assert "slurm-default: " in result.stderr  # progress on stderr

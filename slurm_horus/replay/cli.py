@@ -33,8 +33,9 @@ def side_by_side(payload):
     header = ["policy", "run"] + [label for _, label in TABLE]
     rows = [header]
     for name, entry in payload["policies"].items():
-        for side in ("live", "sim"):
-            rows.append([name if side == "live" else "", side] + [_cell(k, entry[side][k]) for k, _ in TABLE])
+        for side in ("live", "sim", "sim_ideal"):
+            label = {"sim": "sim (live cadence)", "sim_ideal": "sim (ideal)"}.get(side, side)
+            rows.append([name if side == "live" else "", label] + [_cell(k, entry[side][k]) for k, _ in TABLE])
         ratio = entry["live_vs_sim"]
         rows.append(["", "live/sim"] + [f"{ratio[k]:.2f}" if ratio.get(k) else "-" for k, _ in TABLE])
     return text_table(rows)
@@ -55,8 +56,6 @@ def side_by_side(payload):
 @click.option("--load", default=1.0, show_default=True, type=float, help="arrival-rate multiplier")
 @click.option("--max-jobs", default=0, type=int, help="use only the first N jobs of the trace (0 = all)")
 @click.option("--single-gpu", is_flag=True, help="keep only 1-GPU jobs")
-@click.option("--turnaround", default=0.0, show_default=True, type=float,
-              help="wall seconds of Slurm's own per-job overhead to take off each job's work (see docs/replay.md)")
 @click.option("--history-dir", default=None, type=click.Path(file_okay=False),
               help="keep per policy POLICY.db: sacct, stand-in GPU samples, horusd's decisions (for horus report)")
 @click.option("--work-dir", default=None, type=click.Path(file_okay=False),
@@ -64,7 +63,7 @@ def side_by_side(payload):
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
 def replay_command(trace_path, trace_format, truth, cluster, policies, speedup, seed, load, max_jobs, single_gpu,
-                   turnaround, history_dir, work_dir, json_out, report):
+                   history_dir, work_dir, json_out, report):
     """Replay a trace on real Slurm (one local cluster per policy) with fake GPU jobs that slow down as
     the truth says; figures from sacct next to the simulator's."""
     from ..sim.run import prepare_trace
@@ -81,8 +80,6 @@ def replay_command(trace_path, trace_format, truth, cluster, policies, speedup, 
         raise InputError("--policy: no policy given")
     if "oracle" in [n.split("/")[0] for n in names]:
         raise InputError("--policy oracle: the oracle reads the truth; horusd cannot run it live")
-    if turnaround < 0:
-        raise InputError("--turnaround must be >= 0")
     jobs = read_trace(trace_path, trace_format, solo_tput=lambda cls: truth_model.solo_tput(cls, gpu_type))
     if single_gpu:
         jobs = [j for j in jobs if j.num_gpus == 1]
@@ -94,7 +91,7 @@ def replay_command(trace_path, trace_format, truth, cluster, policies, speedup, 
     # the fake jobs load the truth themselves, from the jobs' working directory: a file by its full path
     truth_spec = truth if truth in ("none", "infeasible") or truth.startswith("gavel:") else str(Path(truth).resolve())
     setup = ReplaySetup(jobs, truth_model, truth_spec, nodes, gpus, gpu_type, speedup=speedup,
-                        turnaround_s=turnaround, history_dir=history_dir, work_dir=work_dir)
+                        history_dir=history_dir, work_dir=work_dir)
     payload, runs = replay(setup, names, progress=lambda line: click.echo(line, err=True))
     payload.update(trace=str(trace_path), seed=seed, load=load)
     click.echo(side_by_side(payload))

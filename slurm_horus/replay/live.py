@@ -112,3 +112,38 @@ def summarize_live(run: LiveRun, truth: Truth, gpu_type: str) -> Dict[str, float
     return summarize_jobs(job_times(run, truth, gpu_type), run.n_gpus, run.start,
                           _busy_gpu_time(spans) * run.speedup,
                           oom_events=sum(j.oom_attempts for j in run.jobs))
+
+
+def measure_cadence(run: LiveRun) -> Dict[str, Optional[float]]:
+    """How late the live system acted, in wall seconds (what ``replay/run.LiveCadence`` tells the
+    simulator), from sacct's whole seconds (means are unbiased; single values are +-1 s):
+
+    * ``end_to_cycle_s``: for each job that waited (started 2 s or more after its submission), its
+      start minus the last end, at or after its submission, of a job on one of its GPUs;
+    * ``launch_s``: for each completed job that never shared a GPU, its time in sacct minus its work
+      (trace duration / speedup)."""
+    rows = [run.rows[a] for j in run.jobs for a in j.attempts if a in run.rows]
+    work = {a: j.trace.duration / run.speedup for j in run.jobs for a in j.attempts}
+    ends = defaultdict(list)
+    for row in rows:
+        if row.get("start_time") is not None and row.get("end_time") is not None:
+            for gpu in job_gpus(row):
+                ends[gpu].append(row["end_time"])
+    gaps, launches = [], []
+    shared = {a for _gpu, a, b, _s in overlaps(rows) for a in (a, b)}
+    for row in rows:
+        start, submit, end = row.get("start_time"), row.get("submit_time"), row.get("end_time")
+        if start is None or submit is None:
+            continue
+        if start - submit >= 2:
+            before = [e for gpu in job_gpus(row) for e in ends[gpu] if submit <= e <= start]
+            if before:
+                gaps.append(start - max(before))
+        if row["state"] == "COMPLETED" and end is not None and row["job_id"] not in shared:
+            launches.append(end - start - work[row["job_id"]])
+
+    def mean(values):
+        return round(sum(values) / len(values), 3) if values else None
+
+    return {"end_to_cycle_s": mean(gaps), "launch_s": mean(launches), "queued_starts": len(gaps),
+            "jobs_alone": len(launches)}

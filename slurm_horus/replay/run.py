@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ..errors import InputError
 from ..localcluster.cluster import TERMINAL_STATES
 from ..sim.fakejob import job_script
-from .live import LiveJob, LiveRun, summarize_live
+from .live import LiveJob, LiveRun, measure_cadence, summarize_live
 
 OOM_MARK = "out of memory (emulated)"
 SUBMIT_THREADS = 4
@@ -50,6 +50,34 @@ class Knowledge:
 KNOWLEDGE = Knowledge()
 
 
+@dataclass(frozen=True)
+class LiveCadence:
+    """How late the live system acts, in wall seconds, so that the simulator is told the same.
+
+    The simulator's scheduler acts at once; a live one does not, and at speedup X each wall second is
+    X trace seconds (200 s at X = 200, against a mean job of ~1,900 s). ``end_to_cycle_s``: from a
+    job's end to the next job started on what it freed (plain Slurm: its next scheduling pass,
+    ``bf_interval=1``; horusd: its next squeue read, ``refresh_s = 1``, the cycle, the move, then
+    Slurm starting the job). ``launch_s``: how much longer than its work a job holds its GPU in sacct
+    (Slurm starting the batch script and recording its end). Measured on the local cluster with
+    ``bench/bench_replay.py --seed 0`` (``live_cadence`` in its output: the same measurement,
+    ``replay/live.measure_cadence``, on every run) and used unchanged on other traces.
+    """
+
+    end_to_cycle_s: float
+    launch_s: float
+
+
+# bench_replay.py --seed 0 (120 jobs, 2 x 4, X = 200), this 2-core VM: plain Slurm 0.29 s / 0.19 s,
+# horusd 1.24 s / 0.32 s (docs/replay.md)
+LIVE_CADENCE = {"slurm-default": LiveCadence(0.3, 0.2), "horusd": LiveCadence(1.2, 0.3)}
+IDEAL = LiveCadence(0.0, 0.0)
+
+
+def cadence_of(policy: str) -> LiveCadence:
+    return LIVE_CADENCE["slurm-default" if policy == "slurm-default" else "horusd"]
+
+
 @dataclass
 class ReplaySetup:
     jobs: list  # prepared TraceJobs (classes assigned, arrivals scaled by the load), trace seconds
@@ -60,7 +88,6 @@ class ReplaySetup:
     gpu_type: str
     speedup: float = 200.0
     time_limit_min: int = 0  # wall minutes given to every job (0: from the longest job)
-    turnaround_s: float = 0.0  # wall seconds of Slurm's own per-job overhead taken off each job's work
     oom_penalty: float = 60.0  # trace seconds before a job failed like an OOM is submitted again
     period_s: float = 0.1  # how often a fake job looks at who shares its GPU
     history_dir: Optional[Path] = None  # per policy: POLICY.db with sacct + GPU samples (+ decisions)
@@ -165,7 +192,7 @@ class LiveReplay:
     def _submit(self, job: LiveJob) -> int:
         """sbatch one attempt of ``job`` (called from the submitting threads)."""
         setup = self.setup
-        work = max(0.0, job.trace.duration / setup.speedup - setup.turnaround_s)
+        work = job.trace.duration / setup.speedup
         script = job_script(work, job.trace.job_class, setup.truth_spec, status_dir=str(self.status_dir),
                             gpu_type=setup.gpu_type, period_s=setup.period_s)
         args = _request_args(job.trace, setup.gpus) + [
@@ -332,13 +359,17 @@ def run_live(setup: ReplaySetup, policy: str, progress: Callable[[str], None]) -
         replay.stop(interrupted=interrupted)
 
 
-def run_sim(setup: ReplaySetup, policy: str):
-    """The simulator on the same trace, cluster, truth and policy, told what the live system knows."""
+def run_sim(setup: ReplaySetup, policy: str, cadence: Optional[LiveCadence] = None):
+    """The simulator on the same trace, cluster, truth and policy, told what the live system knows and
+    how late it acts (``cadence``, wall seconds; default the policy's :data:`LIVE_CADENCE`)."""
     from ..sim.engine import SimOptions
     from ..sim.run import parse_cluster, run_policies
 
+    cadence = cadence_of(policy) if cadence is None else cadence
     groups = parse_cluster(f"{setup.nodes}x{setup.gpus}:{setup.gpu_type}")
-    options = SimOptions(oom_penalty=setup.oom_penalty, durations=setup.knowledge.durations)
+    options = SimOptions(oom_penalty=setup.oom_penalty, durations=setup.knowledge.durations,
+                         end_to_cycle_s=cadence.end_to_cycle_s * setup.speedup,
+                         launch_s=cadence.launch_s * setup.speedup)
     jobs = [copy.copy(j) for j in setup.jobs]
     return run_policies(jobs, groups, setup.truth, [policy], holdout=setup.knowledge.holdout, options=options,
                         max_jobs_per_gpu=2)[0]
@@ -358,6 +389,7 @@ def replay(setup: ReplaySetup, policies: Sequence[str], progress: Callable[[str]
     for policy in policies:
         sim_result = run_sim(setup, policy)
         sim = summarize(sim_result)
+        ideal = summarize(run_sim(setup, policy, IDEAL))  # an ideal scheduler: what X = 1 approaches
         started = time.monotonic()
         live_run = run_live(setup, policy, progress)
         total_s = time.monotonic() - started  # cluster up, the run, sacct, history, cluster down
@@ -365,7 +397,8 @@ def replay(setup: ReplaySetup, policies: Sequence[str], progress: Callable[[str]
         runs[policy] = {"live": live_run, "sim": sim_result}
         lags = sorted(live_run.submit_lag_s) or [0.0]
         out[policy] = {
-            "live": live, "sim": sim,
+            "live": live, "sim": sim, "sim_ideal": ideal,
+            "cadence": {"told_sim": asdict(cadence_of(policy)), "measured": measure_cadence(live_run)},
             "live_vs_sim": {k: (live[k] / sim[k] if sim[k] else None) for k in LIVE_VS_SIM_KEYS},
             "wall_s": round(live_run.wall_s, 1), "total_s": round(total_s, 1),
             "submit_lag_s": {"median": round(lags[len(lags) // 2], 3), "max": round(lags[-1], 3)},
@@ -377,7 +410,7 @@ def replay(setup: ReplaySetup, policies: Sequence[str], progress: Callable[[str]
     return {"policies": out, "speedup": setup.speedup, "cluster": f"{setup.nodes}x{setup.gpus}",
             "gpu_type": setup.gpu_type, "truth": setup.truth_spec, "jobs": len(setup.jobs),
             "knowledge": asdict(setup.knowledge), "time_limit_min": setup.time_limit_min,
-            "turnaround_s": setup.turnaround_s, "period_s": setup.period_s,
+            "period_s": setup.period_s,
             "ratios_to_slurm_default": _ratios(out)}, runs
 
 
@@ -389,5 +422,5 @@ def _ratios(out):
     for name, entry in out.items():
         ratios[name] = {side: {k: (entry[side][k] / base[side][k] if base[side][k] else None)
                                for k in ("makespan", "mean_jct", "p99_jct", "mean_queueing_delay")}
-                        for side in ("live", "sim")}
+                        for side in ("live", "sim", "sim_ideal")}
     return ratios

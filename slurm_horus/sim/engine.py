@@ -26,7 +26,7 @@ from ..placement.state import ClusterState
 from .traces import TraceJob
 from .truth import Truth
 
-FINISH, ARRIVAL = 0, 1  # at equal times completions go first: capacity frees before arrivals look
+FINISH, ARRIVAL, CYCLE = 0, 1, 2  # at equal times completions go first: capacity frees before arrivals look
 BAD_PAIR = 0.85
 
 
@@ -70,6 +70,15 @@ class SimOptions:
     # what policies are told of a job's run time: "oracle" (the trace's true duration) or "limit"
     # (only its time limit, which is what horusd knows today; a trace carries none, so none)
     durations: str = "oracle"
+    # seconds from a job's end to the scheduling cycle that hands its GPUs on: 0 is an ideal scheduler.
+    # A live one starts the next job later (Slurm's next scheduling pass, horusd's next look at the
+    # queue, then Slurm starting the job): ``horus replay`` tells the simulator its live cadence
+    # (replay/run.py LIVE_CADENCE), negligible at real speed, 100-200 s of trace time at speedup 200.
+    # An arrival is decided at once (sbatch asks job_submit.lua and horusd, Slurm schedules at submit).
+    end_to_cycle_s: float = 0.0
+    # seconds a started job holds its GPUs beyond its work (Slurm launching the batch script, recording
+    # its end): 0 ideally; the replay's live cadence too (0.2 s of wall time per job on the local cluster)
+    launch_s: float = 0.0
 
 
 @dataclass
@@ -162,9 +171,14 @@ class Simulator:
                 if kind == ARRIVAL:
                     self._enqueue(job)
                     changed = True
+                elif kind == CYCLE:
+                    changed = True
                 elif job.running and version == job.version:
                     self._finish(job)
-                    changed = True
+                    if self.options.end_to_cycle_s > 0:
+                        self._push(t + self.options.end_to_cycle_s, CYCLE, idx)
+                    else:
+                        changed = True
             if changed and self.queue:
                 self._schedule()
             self.timeline.append((self.now, self.state.busy_gpus(), self.work_rate))
@@ -221,6 +235,7 @@ class Simulator:
         job.factor = self.truth.job_factor(job.req.job_class, cls, state.gpu_type_of(gpus[0]), len(gpus),
                                            len(decision.nodes), state.node_gpu_table.shape[1])
         self.running_by_id[job.req.job_id] = job
+        job.work += self.options.launch_s
         job.running = True
         job.last = self.now
         job.rate = 0.0
