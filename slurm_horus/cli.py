@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "fake-job": "slurm_horus.sim.cli:fake_job",
     "replay": "slurm_horus.replay.cli:replay_command",
     "admin": "slurm_horus.admin:admin",
+    "job-env": "slurm_horus.sbatch.jobenv:job_env",
 }
 
 
