@@ -106,7 +106,8 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
             "beta_shared": submit(cluster, tmp_path, f"b2{tag}", "n2", "shard:g2:1", 11, 35,
                                   partner=f"a2{tag}", cls="beta"),
             # holds GPUs 1 and 3 of n3, computes nothing on them
-            "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 3, 0),
+            # 6 s: at load 16 its process showed up 3 s after its start, leaving 2 samples of 3 s
+            "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 6, 0),
             "failed": submit(cluster, tmp_path, f"fa{tag}", "n4", "gpu:g0:1", 1, 50, exit_code=3),
         }
         states = cluster.wait_jobs(list(jobs.values()), timeout=90)
