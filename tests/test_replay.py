@@ -164,7 +164,10 @@ def test_ctrl_c_stops_every_daemon_the_replay_started(tmp_path, clusters):
     process = subprocess.Popen(
         HORUS + ["replay", "--trace", str(_trace(tmp_path, 12)), "--cluster", "1x2", "--policy", "horus",
                  "--speedup", "20", "--work-dir", str(clusters), "--history-dir", str(tmp_path / "h")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a suite started in the background (`make test &`) inherits SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler: give the replay the terminal's default, as Ctrl-C finds it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     state_file = clusters / "horus" / "cluster.json"
     while time.time() < deadline:

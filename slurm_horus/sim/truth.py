@@ -19,6 +19,7 @@ Besides co-location, the truth says what a placement itself costs a job (:meth:`
 """
 
 import math
+import statistics
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import InputError
@@ -85,7 +86,7 @@ class Truth:
             return ratio(found)
         same = [ratio(v) for (g, _, s), v in self.scaling.items() if s == size and g == gpu_type]
         same = same or [ratio(v) for (_, _, s), v in self.scaling.items() if s == size]
-        return float(np.median(same)) if same else 1.0
+        return float(statistics.median(same)) if same else 1.0
 
     def job_factor(self, job_class: str, run_class: str, gpu_type: str, n_gpus: int, nodes: int,
                    gpus_per_node: int) -> float:
