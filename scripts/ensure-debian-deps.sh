@@ -3,7 +3,7 @@
 # Root installs directly; otherwise sudo is used when available without a password; otherwise we
 # print the exact command to run and fail.
 set -euo pipefail
-PKGS="slurmctld slurmd slurm-client munge lua-socket slurmdbd mariadb-server lua5.1"
+PKGS="slurmctld slurmd slurm-client munge lua-socket slurmdbd mariadb-server lua5.1 prometheus iproute2"
 missing=()
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

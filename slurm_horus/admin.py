@@ -20,8 +20,8 @@ import click
 from .config import DEFAULT_CONFIG_FILE, load_config
 from .resources import resource_dir, resource_path
 
-UNITS = ("horusd.service", "horus-collect.service", "horus-ingest.service", "horus-ingest.timer",
-         "horus-refit.service", "horus-refit.timer")
+UNITS = ("horusd.service", "horus-collect.service", "horus-receive.service", "horus-ingest.service",
+         "horus-ingest.timer", "horus-refit.service", "horus-refit.timer")
 HORUS_SBATCH_OPTIONS = ("--horus-class=", "--horus-model=", "--horus-batch-size=", "--horus-off", "--dry-run",
                         "--explain")
 

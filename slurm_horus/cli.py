@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "doctor": "slurm_horus.service.cli:doctor",
     "collect": "slurm_horus.collect.cli:collect",
     "ingest": "slurm_horus.collect.cli:ingest_command",
+    "receive": "slurm_horus.collect.cli:receive",
     "report": "slurm_horus.report.cli:report",
     "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",

@@ -110,6 +110,23 @@ SETTINGS = {
         Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),
         Setting("sbatch", str, "sbatch",
                 "the real sbatch that horus-sbatch runs (a path, or a name looked up on PATH)"),
+        Setting("controller_host", str, "",
+                "the SlurmctldHost whose slurmctld this horusd serves; with a backup controller only the "
+                "horusd beside the one in control answers (empty: this host's short name)"),
+        Setting("ship_to", str, "",
+                "URL of the sample receiver (horus receive) collectors ship to, e.g. http://head:8910 "
+                "(empty: collectors write the db directly)"),
+        Setting("receive_listen", str, "0.0.0.0:8910", "host:port that horus receive listens on"),
+        Setting("munge_socket", str, "",
+                "munged's socket for shipping credentials (empty: munge's default, /run/munge/munge.socket.2)"),
+        Setting("ship_users", str, "root",
+                "users (names or uids, comma-separated) whose collectors horus receive accepts samples from"),
+        Setting("ship_nodes", str, "",
+                "file of 'node address...' lines: the hosts each node's samples may come from "
+                "(empty: the node's NodeAddr and NodeHostname in Slurm)"),
+        Setting("raw_days", float, 14.0,
+                "horus receive deletes raw GPU samples older than this many days (0: keep all); the rollups "
+                "that reports and the model read stay"),
         Setting("disable_file", str, "/etc/horus/disabled",
                 "kill switch: while this file exists job_submit.lua leaves every job alone"),
     ]

@@ -125,9 +125,16 @@ def start_collectors(ctx):
     from .localcluster.collectors import StandinCollectors
 
     env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
-    ctx.collectors = StandinCollectors(ctx.cluster, ctx.cluster.root / "horus.db", env=env).start()
+    ctx.collectors = StandinCollectors(ctx.cluster, env=env, ship_to=lambda node: _shipping(ctx, node)).start()
     ctx.echo(f"    horus collect --backend standin on {', '.join(ctx.cluster.node_names())} "
              "(NVML stand-in: these fake GPUs report what the jobs claim)")
+    ctx.echo(f"      shipping with --ship-to {ctx.cluster.ship_to} (horus receive, the one writer of the "
+             "history db; each node's munged signs its batches)")
+
+
+def _shipping(ctx, node):
+    """A collector ships to the cluster's receiver, signed by its own node's munged."""
+    return ["--ship-to", ctx.cluster.ship_to, "--munge-socket", str(ctx.cluster.layout.node_munge_socket(node))]
 
 
 def stop_collectors(ctx):

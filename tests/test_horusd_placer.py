@@ -561,6 +561,48 @@ def test_junk_classes_from_users_take_no_offer_slot_and_old_classes_make_room():
     assert len(classes) == 64 and classes[-1] == "cls3" and "cls69" in classes and "cls5" not in classes
 
 
+def test_only_the_horusd_beside_the_controller_in_control_answers(tmp_path):
+    """Failover: horusd follows `scontrol ping` (the first controller that answers is in control)."""
+    from slurm_horus.config import load_config
+    from slurm_horus.slurm.parse import parse_ping
+
+    pings = {"now": "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is UP\n"}
+    jobs = [running(0, "n1", ["gpu:g0:1(IDX:0)"])]
+    config = load_config({"socket": str(tmp_path / "s.sock"), "controller_host": "ctl2", "db": str(tmp_path / "h.db")},
+                         environ={})
+    horusd = Horusd(config, reader=FixedReader(Snapshot([node("n1")], jobs, taken_at=1e12)),
+                    predictor_factory=lambda kind: MODEL, controllers=lambda: parse_ping(pings["now"]))
+    horusd.placer.clock = lambda: 1e12
+    assert horusd.check_controller() is False  # the backup beside ctl2 waits
+    assert horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"}) == {
+        "ok": True, "action": "unchanged", "reason": "standby: slurmctld on ctl2 is not in control (ctl1 is)"}
+    assert horusd.decide({"op": "ping"})["active"] is False and horusd.placer.state is None
+    assert horusd.decide({"op": "claim", "id": "x"}) is None
+    pings["now"] = "Slurmctld(primary) at ctl1 is DOWN\nSlurmctld(backup) at ctl2 is UP\n"
+    assert horusd.check_controller() is True  # the primary is gone: ctl2 is in control
+    ping = horusd.decide({"op": "ping"})
+    assert ping["active"] and ping["in_control"] == "ctl2" and ping["jobs"] == 1  # rebuilt from squeue
+    placed = horusd.decide({"op": "place", "gpus_per_node": 1, "job_class": "lm-bs20"})
+    assert placed["action"] == "place" and placed["gpulist"] != "n1:0"
+    pings["now"] = "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is UP\n"
+    assert horusd.check_controller() is False  # the primary is back and takes control again
+    assert (tmp_path / "s.sock.offers").read_text().count("\n") == 1  # offers withdrawn: a header only
+    # a single controller (or one this horusd does not serve): always answer
+    pings["now"] = "Slurmctld(primary) at ctl1 is UP\n"
+    assert horusd.check_controller() is True
+
+
+def test_a_shard_binding_places_nothing_where_slurm_offers_no_shards():
+    """After a backup controller took over, Slurm 22.05 reported shard:gK:0 and refused shard jobs:
+    placing one there would cost the user the submission, so the job is left to Slurm instead."""
+    shardless = NodeInfo(name="n1", state="idle", state_flags=(), cpus=8, alloc_cpus=0, real_memory=4000,
+                         alloc_memory=0, partitions=("gpu",), gres=parse_gres("gpu:g0:1,gpu:g1:1,shard:g0:0,shard:g1:0"),
+                         gres_used=[])
+    placer = make_placer(nodes=[shardless])
+    assert ask(placer, "resnet18-bs32")["action"] == "unchanged"
+    assert ask(make_placer(binding="indexed", nodes=[shardless]), "resnet18-bs32")["action"] == "place"
+
+
 @pytest.mark.parametrize("policy", ["horus", "fgd"])
 def test_shard_requests_are_placed_on_one_gpus_free_shards_as_the_simulator_says(policy):
     """--gres=shard:3 of 8-shard GPUs: each job gets 3 shards of one GPU (gres:shard:gK:3), never

@@ -193,12 +193,15 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     assert f"export SLURM_CONF={conf}" in up.stdout
     env_line = subprocess.run(HORUS + ["local-cluster", "env", "--dir", str(directory)],
                               capture_output=True, text=True, check=True).stdout.strip()
+    state = json.loads((directory / "cluster.json").read_text())
     # horusd runs there: horus doctor, horus-sbatch and horus report need its site file too
-    assert env_line == f"export SLURM_CONF={conf} HORUS_CONFIG={directory / 'etc' / 'horus.conf'}"
+    assert env_line == (f"export SLURM_CONF={conf} HORUS_CONFIG={directory / 'etc' / 'horus.conf'} "
+                        f"HORUS_SHIP_TO=http://127.0.0.1:{state['ports']['receiver']}")
     status = json.loads(subprocess.run(HORUS + ["local-cluster", "status", "--dir", str(directory), "--json"],
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [
-        "munged", "slurmctld", "slurmd-n1", "slurmd-n2", "horusd"]  # horusd by default (--no-horus: none)
+        "munged", "slurmctld", "slurmd-n1", "slurmd-n2", "horusd",  # horusd by default (--no-horus: none)
+        "munged-n1", "munged-n2", "receiver"]  # and the sample receiver, with one munged per node
     again = subprocess.run(HORUS + ["local-cluster", "up", "--dir", str(directory)], capture_output=True, text=True)
     assert again.returncode == 2 and "already running" in again.stderr
     cluster = LocalCluster.attach(directory)

@@ -1,5 +1,6 @@
 """``horus collect`` and ``horus ingest``: thin click wrappers over sampler.py and ingest.py."""
 
+import contextlib
 import math
 import sqlite3
 import sys
@@ -8,12 +9,32 @@ import time
 import click
 
 from ..config import load_config
-from ..errors import InputError
-from ..store.db import default_db_path, open_db
+from ..errors import HorusError, InputError
+
+
+def _db_path(db_path):
+    # imported here: a collector that ships over the network never loads the store (nor sqlite_utils)
+    from ..store.db import default_db_path
+
+    return db_path or default_db_path(load_config())
 
 
 def _db(db_path):
-    return open_db(db_path or default_db_path(load_config()))
+    from ..store.db import open_db
+
+    return open_db(_db_path(db_path))
+
+
+@contextlib.contextmanager
+def _stored_by_window(path):
+    """An ingest stores each window in one transaction and moves its watermark after it: a database
+    error (locked past the busy timeout, read-only, full disk) is one line, and the next run starts
+    where this one failed."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise InputError(f"history database {path}: {exc}; nothing of the failed window was stored, "
+                         "run again to go on") from None
 
 
 def _positive_hours(_ctx, _param, value):
@@ -34,33 +55,49 @@ def _positive_hours(_ctx, _param, value):
 @click.option("--interval", type=float, default=5.0, show_default=True, help="seconds between samples")
 @click.option("--count", type=int, help="take this many samples, then stop (default: run forever)")
 @click.option("--once", is_flag=True, help="take one sample and stop")
-@click.option("--ship", "ship_now", is_flag=True, help="only ship the spool into the database, then stop")
+@click.option("--ship", "ship_now", is_flag=True, help="only ship the spool (to --ship-to or --db), then stop")
 @click.option("--ship-every", type=float, default=60.0, show_default=True,
-              help="while sampling, ship to --db every this many seconds (0: never ship)")
+              help="while sampling, ship to --ship-to (or --db) every this many seconds (0: never ship)")
 @click.option("--export", "export_to", type=click.File("w"),
               help="write unshipped batches as JSON lines to this file ('-': stdout), then stop")
 @click.option("--import", "import_from", type=click.File("r"),
               help="store JSON-line batches from this file ('-': stdin) into --db, then stop")
 @click.option("--slurm-conf", envvar="SLURM_CONF",
               help="count only jobs whose SLURM_CONF is this one (tells apart clusters sharing a host)")
+@click.option("--ship-to", "ship_to", help="ship to this receiver (horus receive), e.g. http://head:8910, and "
+              "never open a database (default: the site config's ship_to, $HORUS_SHIP_TO)")
+@click.option("--munge-socket", help="munged socket for the shipping credential (default: the site config's "
+              "munge_socket, else munge's default)")
 def collect(db_path, spool, node, backend, gpus, interval, count, once, ship_now, ship_every,
-            export_to, import_from, slurm_conf):
+            export_to, import_from, slurm_conf, ship_to, munge_socket):
     """Sample this node's GPUs (NVML) into a local spool and ship the batches to the history store."""
     from . import sampler
     from .nvml import NvmlUnavailable, open_backend
+    from .shipping import NetworkShipper, ShipError
 
+    config = load_config({"ship_to": ship_to, "munge_socket": munge_socket})
     if import_from is not None:
         db = _db(db_path)
         n = sampler.import_batches(db, import_from, source=import_from.name)
         click.echo(f"imported {n} batches")
         return
+    if config.ship_to and db_path and ship_to:
+        raise InputError("give --ship-to or --db, not both")
+    if config.ship_to and not db_path:
+        # the network path: this host needs no access to the history database at all
+        deliver = NetworkShipper(config.ship_to, munge_socket=config.munge_socket or None).deliver
+    else:
+        deliver = None  # opened below only when a delivery is due
     queue = sampler.Spool(spool)
     if export_to is not None:
         n = sampler.export_batches(queue, export_to)
         click.echo(f"exported {n} batches", err=True)
         return
     if ship_now:
-        n = sampler.ship(queue, _db(db_path))
+        try:
+            n = sampler.ship_with(queue, deliver or sampler.db_delivery(_db(db_path)))
+        except ShipError as exc:
+            raise HorusError(f"{exc}; {queue.count()} batches kept in the spool", exit_code=1) from None
         click.echo(f"shipped {n} batches")
         return
     node = node or sampler.node_name()
@@ -68,10 +105,13 @@ def collect(db_path, spool, node, backend, gpus, interval, count, once, ship_now
         gpu_backend = open_backend(backend, gpus=gpus, node=node, slurm_conf=slurm_conf)
     except NvmlUnavailable as exc:
         raise InputError(f"{exc} (use --backend standin on a machine without GPUs)") from None
-    target = _db(db_path) if ship_every > 0 else None
+    if ship_every <= 0:
+        deliver = None
+    elif deliver is None:
+        deliver = sampler.db_delivery(_db(db_path))
     try:
         done = sampler.run_collector(gpu_backend, queue, node, interval_s=interval,
-                                     count=1 if once else count, ship_to=target,
+                                     count=1 if once else count, deliver=deliver,
                                      ship_every_s=ship_every, slurm_conf=slurm_conf)
     finally:
         gpu_backend.close()
@@ -105,32 +145,92 @@ def _epoch_option(text, name):
 @click.option("--slurm-conf", envvar="SLURM_CONF", help="slurm.conf of the cluster to read")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--progress/--no-progress", default=None, help="show progress (default: on a terminal)")
-def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_conf, as_json, progress):
-    """Copy finished and running jobs from sacct into the history store (incremental, idempotent)."""
-    import json
+@click.option("--prometheus", "prometheus_url", help="instead of sacct: GPU samples of NVIDIA's DCGM exporter "
+              "from this Prometheus (http://host:9090), jobs as jobstats attributes them")
+@click.option("--prometheus-match", default="", help="label matchers added to every query, e.g. 'cluster=\"della\"'")
+@click.option("--node-label", default="Hostname", show_default=True,
+              help="label naming the node (else the host part of 'instance')")
+def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_conf, as_json, progress,
+                   prometheus_url, prometheus_match, node_label):
+    """Copy finished and running jobs from sacct into the history store (incremental, idempotent).
 
+    With --prometheus: copy DCGM GPU samples from Prometheus instead (incremental, idempotent)."""
     from .ingest import FileSource, SacctSource, ingest
 
-    path = db_path or default_db_path(load_config())
-    db = open_db(path)
+    path = _db_path(db_path)
+    db = _db(path)
+    if prometheus_url:
+        _ingest_prometheus(db, path, prometheus_url, prometheus_match, node_label, since, until, as_json, progress)
+        return
     source = FileSource(from_file) if from_file else SacctSource(slurm_conf=slurm_conf, mode=fmt)
     window_s = window_hours * 3600 if not from_file else 10 ** 10
+    with _stored_by_window(path):
+        result = ingest(db, source, since=_epoch_option(since, "--since"), until=_epoch_option(until, "--until"),
+                        window_s=window_s, progress=_progress(progress, "sacct calls", "jobs read"))
+    _print_result(result, as_json, f"ingested {result.jobs_seen} jobs ({result.jobs_new} new), {result.steps_seen} "
+                  f"steps from {result.source} in {result.windows} window(s)")
+
+
+def _progress(progress, calls, items):
+    """The progress callback of an ingest: a line on stderr (by default only on a terminal)."""
     show = sys.stderr.isatty() if progress is None else progress
 
-    def report(fraction, windows, jobs):
+    def report(fraction, windows, count):
         if show:
-            click.echo(f"\ringest: {100 * fraction:5.1f}% of the range, {windows} sacct calls, "
-                       f"{jobs} jobs read", err=True, nl=fraction >= 1.0)
+            click.echo(f"\ringest: {100 * fraction:5.1f}% of the range, {windows} {calls}, {count} {items}",
+                       err=True, nl=fraction >= 1.0)
 
+    return report
+
+
+def _print_result(result, as_json, line):
+    import json
+
+    click.echo(json.dumps(result.as_dict(), sort_keys=True) if as_json else line)
+
+
+def _ingest_prometheus(db, path, url, match, node_label, since, until, as_json, progress):
+    from .prometheus import PrometheusSource, ingest_prometheus
+
+    with _stored_by_window(path):
+        result = ingest_prometheus(db, PrometheusSource(url, match=match), since=_epoch_option(since, "--since"),
+                                   until=_epoch_option(until, "--until"), node_label=node_label,
+                                   progress=_progress(progress, "windows", "GPU samples"))
+    _print_result(result, as_json, f"ingested {result.gpu_samples} GPU samples and {result.job_rows} job rows of "
+                  f"{result.nodes} nodes from {url} in {result.windows} window(s)")
+
+
+@click.command("receive")
+@click.option("--listen", help="HOST:PORT to listen on (default: the site config's receive_listen)")
+@click.option("--db", "db_path", help="history database (default: the site config's db)")
+@click.option("--munge-socket", help="munged socket to check credentials with (default: munge_socket)")
+@click.option("--log-file", type=click.Path(dir_okay=False), help="log here instead of stderr")
+def receive(listen, db_path, munge_socket, log_file):
+    """Receive the batches collectors ship with --ship-to; the one writer of their samples."""
+    import logging
+    import signal
+    import threading
+
+    from ..store.db import default_db_path
+    from .receiver import NodeDirectory, Receiver, ReceiverServer, parse_users
+
+    config = load_config({"receive_listen": listen, "db": db_path, "munge_socket": munge_socket})
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("horus.receive")
+    logger.addHandler(handler)
+    logger.setLevel(config.log_level.upper())
+    receiver = Receiver(default_db_path(config), NodeDirectory(config.ship_nodes or None),
+                        parse_users(config.ship_users), munge_socket=config.munge_socket or None,
+                        raw_days=config.raw_days)
+    server = ReceiverServer(receiver, config.receive_listen).start()
+    logger.info("horus: receiving on %s:%d into %s", server.address[0], server.port, default_db_path(config))
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
     try:
-        result = ingest(db, source, since=_epoch_option(since, "--since"),
-                        until=_epoch_option(until, "--until"), window_s=window_s, progress=report)
-    except sqlite3.Error as exc:  # locked past the busy timeout, read-only, full disk: each window is
-        # one transaction and the watermark moves after it, so the next run starts where this one failed
-        raise InputError(f"history database {path}: {exc}; nothing of the failed window was stored, "
-                         "run again to go on") from None
-    if as_json:
-        click.echo(json.dumps(result.as_dict(), sort_keys=True))
-    else:
-        click.echo(f"ingested {result.jobs_seen} jobs ({result.jobs_new} new), {result.steps_seen} steps "
-                   f"from {result.source} in {result.windows} window(s)")
+        while not stopping.wait(1.0):
+            pass
+    finally:
+        server.stop()
+        logger.info("horus: receiver stopped (%d accepted, %d refused)", receiver.accepted, receiver.refused)

@@ -1,11 +1,11 @@
 """``horus collect``: sample the GPUs of one node, spool the samples locally, ship them to the store.
 
 Many nodes must never write one SQLite file over NFS, so each collector appends its batches to a
-small local spool (SQLite, one row per batch, crash-safe) and ships them in bulk: directly into the
-history database when this host can open it (``--ship``), or as JSON lines that the head node imports
-(``horus collect --export - | ssh head horus collect --import -``). Shipping uses the samples' natural
-keys with INSERT OR IGNORE, so a batch shipped twice (a kill between "written" and "marked shipped")
-is stored once.
+small local spool (SQLite, one row per batch, crash-safe) and ships them in bulk: over the network to
+``horus receive`` on the head node (``--ship-to URL``, munge-authenticated, see ``shipping.py``),
+directly into the history database when this host can open it (``--db``), or as JSON lines that the
+head node imports (``--export`` / ``--import``). Shipping uses the samples' natural keys with INSERT OR
+IGNORE, so a batch shipped twice (a kill between "written" and "marked shipped") is stored once.
 """
 
 import json
@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 from ..private import make_private
-from ..store.db import transaction
 from . import procfs
 
 log = logging.getLogger(__name__)
@@ -124,15 +123,42 @@ class Spool:
 
 _GPU_SQL = "INSERT OR IGNORE INTO gpu_samples ({}) VALUES ({})".format(
     ", ".join(GPU_COLUMNS), ", ".join("?" * len(GPU_COLUMNS)))
+_INVENTORY_SQL = (
+    "INSERT INTO gpus (node, gpu_index, uuid, gpu_name, mem_total_mb, first_ts, last_ts) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (node, gpu_index) DO UPDATE SET uuid = coalesce(excluded.uuid, uuid), "
+    "gpu_name = coalesce(excluded.gpu_name, gpu_name), mem_total_mb = coalesce(excluded.mem_total_mb, mem_total_mb) "
+    "WHERE excluded.uuid IS NOT uuid OR excluded.gpu_name IS NOT gpu_name")
 _USE_SQL = "INSERT OR IGNORE INTO job_gpu_use ({}) VALUES ({})".format(
     ", ".join(USE_COLUMNS), ", ".join("?" * len(USE_COLUMNS)))
 
 
 def store_batches(db, batches):
-    """Write sample batches into the history store (one transaction); returns rows offered."""
-    gpu_rows = [tuple(g.get(c) for c in GPU_COLUMNS) for b in batches for g in b.get("gpus", ())]
+    """Write sample batches into the history store (one transaction); returns rows offered.
+
+    Rows older than the raw horizon (samples pruned there, see ``store/samples.py``) are dropped:
+    their hour is already in the rollups. A GPU's uuid and name go into the ``gpus`` inventory, once
+    per GPU and call, not onto every sample.
+    """
+    from ..store.db import transaction
+    from ..store.samples import raw_horizon
+
+    inventory = {}
+    gpu_rows = []
+    for batch in batches:
+        for g in batch.get("gpus", ()):
+            row = [g.get(c) for c in GPU_COLUMNS]
+            key = (row[0], row[1])
+            if row[3] is not None or row[4] is not None:
+                inventory[key] = (row[0], row[1], row[3], row[4], row[8], row[2], row[2])
+            row[3] = row[4] = None  # uuid, gpu_name: kept in gpus
+            gpu_rows.append(row)
     use_rows = [tuple(u.get(c) for c in USE_COLUMNS) for b in batches for u in b.get("jobs", ())]
     with transaction(db) as conn:
+        horizon = raw_horizon(db)  # under the write lock: a prune cannot slip in between
+        if horizon is not None:
+            gpu_rows = [r for r in gpu_rows if r[2] is not None and r[2] >= horizon]
+            use_rows = [r for r in use_rows if r[3] is not None and r[3] >= horizon]
+        conn.executemany(_INVENTORY_SQL, inventory.values())
         conn.executemany(_GPU_SQL, gpu_rows)
         conn.executemany(_USE_SQL, use_rows)
     return len(gpu_rows) + len(use_rows)
@@ -153,7 +179,18 @@ def _drain(spool, chunk, deliver):
 
 def ship(spool, db, chunk=500):
     """Move every unshipped spool batch into ``db``; returns the number of batches shipped."""
-    return _drain(spool, chunk, lambda batches: store_batches(db, batches))
+    return _drain(spool, chunk, db_delivery(db))
+
+
+def db_delivery(db):
+    """A ``deliver(batches)`` that stores into a history database this host opens."""
+    return lambda batches: store_batches(db, batches)
+
+
+def ship_with(spool, deliver, chunk=500):
+    """Hand every unshipped batch to ``deliver`` (e.g. ``NetworkShipper.deliver``); the batches of a
+    chunk are marked shipped only once ``deliver`` returned; returns the number shipped."""
+    return _drain(spool, chunk, deliver)
 
 
 def export_batches(spool, out, chunk=500):
@@ -189,16 +226,23 @@ def import_batches(db, lines, source="-", chunk=500):
     return imported
 
 
-def run_collector(backend, spool, node, interval_s=5.0, count=None, ship_to=None, ship_every_s=60.0,
+def run_collector(backend, spool, node, interval_s=5.0, count=None, deliver=None, ship_every_s=60.0,
                   proc_root="/proc", slurm_conf=None, sleep=time.sleep, clock=time.time):
-    """Sample every ``interval_s`` into ``spool`` (``count`` times, or forever); ship now and then."""
+    """Sample every ``interval_s`` into ``spool`` (``count`` times, or forever); every ``ship_every_s``
+    hand the unshipped batches to ``deliver``. A delivery that fails (receiver down, refused) is
+    logged and retried at the next ship: sampling goes on and the spool keeps the batches."""
+    from .shipping import ShipError
+
     done, last_ship = 0, clock()
     while count is None or done < count:
         started = clock()
         spool.append(sample_once(backend, node, started, proc_root, slurm_conf))
         done += 1
-        if ship_to is not None and (clock() - last_ship >= ship_every_s or done == count):
-            ship(spool, ship_to)
+        if deliver is not None and (clock() - last_ship >= ship_every_s or done == count):
+            try:
+                ship_with(spool, deliver)
+            except ShipError as exc:
+                log.warning("horus collect: %s (%d batches kept in the spool)", exc, spool.count())
             last_ship = clock()
         if count is None or done < count:
             sleep(max(0.0, interval_s - (clock() - started)))

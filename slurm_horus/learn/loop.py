@@ -56,14 +56,14 @@ def gpu_type_from_name(name, default):
 
 def _gpu_types_by_node(db, default):
     types = {}
-    for node, name in db.execute("SELECT node, max(gpu_name) FROM gpu_samples GROUP BY node"):
+    for node, name in db.execute("SELECT node, max(gpu_name) FROM gpus GROUP BY node"):
         types[node] = gpu_type_from_name(name, default)
     return types
 
 
 def _mean_util(db, job_id, shared):
-    row = db.execute("SELECT avg(sm_util) FROM job_gpu_use WHERE job_id = ? AND shared = ?",
-                     [job_id, int(shared)]).fetchone()
+    row = db.execute("SELECT sum(sm_sum) / sum(sm_n) FROM job_gpu_summary WHERE job_id = ? AND shared = ? "
+                     "AND sm_n > 0", [job_id, int(shared)]).fetchone()
     return row[0]
 
 
@@ -188,8 +188,9 @@ def local_profiles(db, default_gpu_type="v100"):
 
     node_types = _gpu_types_by_node(db, default_gpu_type)
     sql = (
-        "SELECT j.job_class, u.node, avg(u.sm_util), avg(u.mem_util), max(u.mem_used_mb) "
-        "FROM job_gpu_use u JOIN jobs j ON j.job_id = u.job_id "
+        "SELECT j.job_class, u.node, sum(u.sm_sum) / nullif(sum(u.sm_n), 0), "
+        "sum(u.mem_util_sum) / nullif(sum(u.mem_util_n), 0), max(u.mem_max_mb) "
+        "FROM job_gpu_summary u JOIN jobs j ON j.job_id = u.job_id "
         "WHERE u.shared = 0 AND j.job_class IS NOT NULL GROUP BY j.job_class, u.node")
     merged = {}
     for job_class, node, sm, mem, peak in db.execute(sql):

@@ -23,6 +23,7 @@ from ..errors import HorusError, InputError
 from ..resources import resource_path
 from ..slurm import queries
 from ..slurm.runner import SlurmCommandError, run_slurm
+from . import backup as backup_host
 from . import files, procs
 from . import horus as horus_local
 from .prereq import check_prerequisites, find_program
@@ -72,6 +73,10 @@ class ClusterLayout:
 
     def gpu_device(self, node, index):
         return self.dev / node / f"nvidia{index}"
+
+    def node_munge_socket(self, node):
+        """The socket of the munged that stands for ``node``'s own (see ``horus.start_receiver``)."""
+        return self.munge / f"{node}.socket"
 
 
 def golden_cache_dir():
@@ -141,7 +146,8 @@ class LocalCluster:
     def __init__(self, directory=None, nodes=DEFAULT_NODES, gpus=DEFAULT_GPUS, with_dbd=False,
                  job_submit_lua=None, cluster_name=DEFAULT_CLUSTER_NAME, base_port=None,
                  use_golden_db=True, horus=False, horus_settings=None, job_submit_plugin=True,
-                 partitions=None, extra_conf=(), cred_expire=None, shards_per_gpu=files.SHARDS_PER_GPU):
+                 partitions=None, extra_conf=(), cred_expire=None, backup_controller=False,
+                 shards_per_gpu=files.SHARDS_PER_GPU):
         if nodes < 1 or gpus < 1:
             raise InputError("a local cluster needs at least 1 node and 1 GPU per node")
         self.temporary = directory is None
@@ -160,6 +166,9 @@ class LocalCluster:
         self.partitions = partitions  # PartitionName= lines (default: "debug" over all nodes)
         self.extra_conf = list(extra_conf)  # more slurm.conf lines (e.g. preemption)
         self.cred_expire = cred_expire  # seconds; also the wait of a requeued job (Slurm's default 120)
+        # a second SlurmctldHost in a namespace of its own, with its own horusd (see backup.py)
+        self.backup_controller = backup_controller
+        self.backup = None  # {"holder", "here", "there", "veth"} once created
         self.shards_per_gpu = int(shards_per_gpu)  # gres.conf Count= of each GPU's shard line
         self.layout = ClusterLayout(directory) if directory is not None else None
         self.ports = {}
@@ -195,12 +204,29 @@ class LocalCluster:
     def horus_socket(self):
         return str(self.layout.run / "horusd.sock")
 
+    @property
+    def backup_horus_config(self):
+        return self.layout.etc / "horus-backup.conf"
+
+    @property
+    def backup_horus_socket(self):
+        return str(self.layout.run / "horusd-backup.sock")
+
+    @property
+    def ship_to(self):
+        """URL of the cluster's sample receiver, or None when it runs none."""
+        port = self.ports.get("receiver")
+        return f"http://127.0.0.1:{port}" if port else None
+
     def export_line(self):
         """The shell line that points Slurm's commands and horus's (``horus doctor``, ``horus-sbatch``,
-        ``horus report``) at this cluster: SLURM_CONF, and HORUS_CONFIG when horusd runs here."""
+        ``horus report``, ``horus collect``) at this cluster: SLURM_CONF, HORUS_CONFIG when horusd runs
+        here, and HORUS_SHIP_TO when the sample receiver does."""
         line = f"export SLURM_CONF={shlex.quote(str(self.slurm_conf))}"
         if self.horus_config.exists():
             line += f" HORUS_CONFIG={shlex.quote(str(self.horus_config))}"
+        if self.ship_to:
+            line += f" HORUS_SHIP_TO={shlex.quote(self.ship_to)}"
         return line
 
     def node_names(self):
@@ -275,6 +301,29 @@ class LocalCluster:
         bumped = max(time.time() + 1.0, previous + 1.0)
         os.utime(target, (bumped, bumped))
         return target
+
+    def fail_over(self, timeout=60.0, sig=15):
+        """The primary slurmctld stops (``sig``: SIGTERM, a controller shut down; SIGKILL, a crash, loses
+        what it had not saved yet); wait until the backup is in control (``scontrol ping`` says so and
+        squeue answers). Returns the seconds it took."""
+        if self.backup is None:
+            raise ClusterError("this cluster has no backup controller")
+        began = time.monotonic()
+        for daemon in self.daemons:
+            if daemon["name"] == "slurmctld" and self._daemon_alive(daemon):
+                procs.signal_pid(daemon["pid"], sig)
+                procs.wait_gone([daemon["pid"]], 30)
+
+        def backup_in_control():
+            ping = self._poll(["scontrol", "ping"])
+            if ping is None or f"at {backup_host.BACKUP_HOST} is UP" not in ping.stdout:
+                return False
+            squeue = self._poll(["squeue", "-h"])
+            return squeue is not None and squeue.returncode == 0
+
+        _wait_until(backup_in_control, timeout, "the backup controller to take over",
+                    self.layout.log / "slurmctld-backup.log", poll=0.5)
+        return time.monotonic() - began
 
     # ----------------------------------------------------------------- start
     def up(self, timeout=60.0):
@@ -356,18 +405,27 @@ class LocalCluster:
         self.install_job_submit(self.job_submit_lua)
 
     def _choose_ports(self):
-        count = 1 + self.nodes + (2 if self.with_dbd else 0)
+        count = 1 + self.nodes + (2 if self.with_dbd else 0) + (1 if self.horus else 0)
         ports = procs.pick_free_ports(count, start=self.base_port)
         self.ports = {"slurmctld": ports[0], "slurmd": ports[1:1 + self.nodes]}
         if self.with_dbd:
-            self.ports["slurmdbd"], self.ports["mariadb"] = ports[1 + self.nodes:]
+            self.ports["slurmdbd"], self.ports["mariadb"] = ports[1 + self.nodes:3 + self.nodes]
+        if self.horus:
+            self.ports["receiver"] = ports[-1]
 
     def _write_configs(self):
         layout = self.layout
+        controllers, node_addr, extra = ("localhost",), "127.0.0.1", list(self.extra_conf)
+        if self.backup is not None:
+            controllers = (f"{backup_host.primary_host()}({self.backup['here']})",
+                           f"{backup_host.BACKUP_HOST}({self.backup['there']})")
+            node_addr = self.backup["here"]
+            extra.append(f"SlurmctldTimeout={backup_host.SLURMCTLD_TIMEOUT_S}")
         layout.slurm_conf.write_text(files.slurm_conf(
             layout, self.ports, self.nodes, self.gpus, self.cluster_name, self.with_dbd,
-            job_submit_plugin=self.job_submit_plugin, partitions=self.partitions, extra_lines=self.extra_conf,
-            cred_expire=self.cred_expire, shards_per_gpu=self.shards_per_gpu))
+            job_submit_plugin=self.job_submit_plugin, partitions=self.partitions, extra_lines=extra,
+            cred_expire=self.cred_expire, controllers=controllers, node_addr=node_addr,
+            shards_per_gpu=self.shards_per_gpu))
         (layout.etc / "gres.conf").write_text(files.gres_conf(layout, self.nodes, self.gpus, self.shards_per_gpu))
         if self.with_dbd:
             dbd_conf = layout.etc / "slurmdbd.conf"
@@ -375,7 +433,13 @@ class LocalCluster:
             os.chmod(dbd_conf, 0o600)  # slurmdbd refuses a readable file (it holds the DB password)
         if self.horus:
             # beside job_submit.lua, where the script looks first; horusd gets it via HORUS_CONFIG
-            horus_local.write_config(self.horus_config, layout, self.horus_settings)
+            settings = horus_local.receiver_settings(layout, self.ports["receiver"], self.node_names())
+            settings.update(self.horus_settings)
+            if self.backup is not None:
+                horus_local.write_config(self.backup_horus_config, layout, dict(
+                    settings, socket=self.backup_horus_socket, controller_host=backup_host.BACKUP_HOST))
+                settings["controller_host"] = backup_host.primary_host()
+            horus_local.write_config(self.horus_config, layout, settings)
 
     def _daemon_env(self):
         env = self.env
@@ -414,6 +478,7 @@ class LocalCluster:
             shutil.rmtree(path)
             path.mkdir()
         self._choose_ports()
+        self.backup = backup_host.create(self) if self.backup_controller else None
         self._write_configs()
         layout = self.layout
         t0 = time.monotonic()
@@ -441,6 +506,11 @@ class LocalCluster:
         self._wait_nodes_idle(timeout)
         if self.horus:
             horus_local.start_horusd(self, timeout)
+            horus_local.start_receiver(self, timeout)
+        if self.backup is not None:
+            backup_host.start_slurmctld(self)
+            if self.horus:
+                horus_local.start_backup_horusd(self, timeout)
         self.timings["accounting_s"] = round(t_dbd - t0, 3)
         self.timings["slurm_s"] = round(time.monotonic() - t_dbd, 3)
 
@@ -603,7 +673,7 @@ class LocalCluster:
 
     def _stop_daemons(self):
         """Stop recorded daemons (nodes first, munged last) and every leftover job process."""
-        order = ["horusd", "slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"]
+        order = ["horusd", "receiver", "slurmd", "slurmctld", "backuphost", "slurmdbd", "mariadbd", "munged"]
         ranked = sorted(self.daemons, key=lambda d: order.index(d["name"].split("-")[0]))
         for rank_name in order:
             pids = [d["pid"] for d in ranked if d["name"].split("-")[0] == rank_name and self._daemon_alive(d)]
@@ -622,7 +692,7 @@ class LocalCluster:
         if self.layout is None:
             return []
         was = [d["pid"] for d in self.daemons]
-        if any(self._daemon_alive(d) for d in self.daemons if d["name"] == "slurmctld"):
+        if any(self._daemon_alive(d) for d in self.daemons if d["name"].startswith("slurmctld")):
             self.cancel_all_jobs(timeout)
         self._stop_daemons()
         survivors = [pid for pid in was if procs.pid_alive(pid) and procs.belongs_to(pid, self.marker)]
@@ -646,6 +716,7 @@ class LocalCluster:
             "with_dbd": self.with_dbd,
             "temporary": self.temporary,
             "ports": self.ports,
+            "backup": self.backup,
             "daemons": [dict(d) for d in self.daemons],
             "timings": self.timings,
         }
@@ -673,6 +744,7 @@ class LocalCluster:
                       with_dbd=state["with_dbd"], cluster_name=state["cluster_name"])
         cluster.temporary = state.get("temporary", False)
         cluster.ports = state.get("ports", {})
+        cluster.backup = state.get("backup")
         cluster.daemons = state.get("daemons", [])
         cluster.timings = state.get("timings", {})
         return cluster

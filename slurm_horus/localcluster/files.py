@@ -28,13 +28,15 @@ def accounting_tres(gpus):
 
 
 def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_plugin=True, partitions=None,
-               extra_lines=(), cred_expire=None, shards_per_gpu=SHARDS_PER_GPU):
-    """slurm.conf text. ``layout`` is a ClusterLayout, ``ports`` a dict of port numbers."""
+               extra_lines=(), cred_expire=None, controllers=("localhost",), node_addr="127.0.0.1",
+               shards_per_gpu=SHARDS_PER_GPU):
+    """slurm.conf text. ``layout`` is a ClusterLayout, ``ports`` a dict of port numbers;
+    ``controllers`` the SlurmctldHost values in order (a backup controller: see backup.py)."""
     d = layout
     node_gres = ",".join([f"gpu:{t}:1" for t in gpu_types(gpus)] + [f"shard:{shards_per_gpu * gpus}"])
     lines = [
         f"ClusterName={cluster_name}",
-        "SlurmctldHost=localhost",
+        *(f"SlurmctldHost={controller}" for controller in controllers),
         f"SlurmctldPort={ports['slurmctld']}",
         "SlurmUser=root",
         "SlurmdUser=root",
@@ -88,7 +90,7 @@ def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_pl
         lines.append("AccountingStorageType=accounting_storage/none")
     for index, name in enumerate(node_names(nodes)):
         lines.append(
-            f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports['slurmd'][index]} "
+            f"NodeName={name} NodeHostname=localhost NodeAddr={node_addr} Port={ports['slurmd'][index]} "
             f"CPUs={CPUS_PER_NODE} Boards=1 SocketsPerBoard=1 CoresPerSocket={CPUS_PER_NODE} "
             f"ThreadsPerCore=1 RealMemory={REAL_MEMORY_MB} Gres={node_gres} State=UNKNOWN"
         )

@@ -25,9 +25,13 @@ import re
 import time
 from collections import defaultdict
 
+import numpy as np
+
 from ..store.decisions import decision
 from ..store.models import model_history
-from ..store.queries import co_runs, corunners_of, holds_gpus, job_gpus, jobs_since, sampled_gpus, shared_gpu_seconds
+from ..store.samples import raw_horizon
+from ..store.queries import (HOLDS_GPUS_SQL, co_runs, corunners_of, gpu_lists, holds_gpus, job_gpus, job_rows_since,
+                             jobs_since, sampled_gpus, shared_gpu_seconds)
 
 IDLE_UTIL = 1.0
 LOW_UTIL = 30.0
@@ -36,6 +40,7 @@ SHAREABLE_UTIL = 50.0
 SHAREABLE_MEMORY = 0.5
 MIN_SAMPLES = 3
 MAX_POINTS = 240
+RAW_TIMELINE_MAX = 2_000_000  # more GPU samples than this in the range: the timeline comes from hourly rollups
 LOW_CPU_EFF = 25.0
 TIME_FRACTION = 0.25
 UNLIMITED_MIN = 365 * 24 * 60  # sacct's time limit of a job without one (INFINITE partitions)
@@ -118,29 +123,58 @@ def find_jobs(db, spec):
 def _gpu_usage(db, job_id, start=None, end=None):
     """Per (node, gpu) series and summary from job_gpu_use joined with the GPU's own sample; only the
     samples taken while the job ran (a collector may still see its id a moment after it ended), to
-    the second sacct records."""
+    the second sacct records. Where raw samples of the job were pruned (``raw_days``), the summary
+    comes from the rollup instead (every sample stored with the job's id, those a moment after its
+    end too) and the series from the raw samples still kept."""
     rows = db.execute(
-        "SELECT u.node, u.gpu_index, u.ts, u.sm_util, u.mem_used_mb, u.shared, g.mem_total_mb, g.gpu_util "
+        "SELECT u.node, u.gpu_index, u.ts, u.sm_util, u.mem_used_mb, u.shared, g.gpu_util "
         "FROM job_gpu_use u LEFT JOIN gpu_samples g "
         "ON g.node = u.node AND g.gpu_index = u.gpu_index AND g.ts = u.ts "
         "WHERE u.job_id = ? AND u.ts >= ? AND u.ts < ? ORDER BY u.node, u.gpu_index, u.ts",
         [job_id, start or 0, end + 1 if end else 1e18]).fetchall()  # sacct's end is cut to the second
     series = defaultdict(list)
-    for node, index, ts, sm, mem, shared, total, gpu_util in rows:
-        series[(node, index)].append((ts, sm, mem, shared, total, gpu_util))
+    for node, index, ts, sm, mem, shared, gpu_util in rows:
+        series[(node, index)].append((ts, sm, mem, shared, gpu_util))
+    totals = dict(((node, index), total) for node, index, total in db.execute(
+        "SELECT g.node, g.gpu_index, g.mem_total_mb FROM gpus g JOIN "
+        "(SELECT DISTINCT node, gpu_index FROM job_gpu_summary WHERE job_id = ?) s "
+        "ON g.node = s.node AND g.gpu_index = s.gpu_index", [job_id]))
+    horizon = raw_horizon(db)
+    if horizon is not None and (start is None or start < horizon):
+        return _gpu_usage_rolled_up(db, job_id, series, totals)
     gpus = []
     for (node, index), points in sorted(series.items()):
         sms = [p[1] for p in points if p[1] is not None]
         mems = [p[2] for p in points if p[2] is not None]
-        totals = [p[4] for p in points if p[4]]
         gpus.append({
             "node": node, "gpu_index": index, "samples": len(points),
             "mean_sm_util": round(sum(sms) / len(sms), 1) if sms else None,
             "max_sm_util": max(sms) if sms else None,
             "max_mem_mb": round(max(mems), 1) if mems else None,
-            "mem_total_mb": max(totals) if totals else None,
-            "shared_fraction": round(sum(p[3] for p in points) / len(points), 3),
-            "series": _downsample([[p[0], p[1], p[2], p[5]] for p in points]),
+            "mem_total_mb": totals.get((node, index)) or None,
+            "shared_fraction": round(sum(p[3] or 0 for p in points) / len(points), 3),
+            "series": _downsample([[p[0], p[1], p[2], p[4]] for p in points]),
+        })
+    return gpus
+
+
+def _gpu_usage_rolled_up(db, job_id, series, totals):
+    """A job some of whose raw samples were pruned: its summary from ``job_gpu_summary``."""
+    summary = db.execute(
+        "SELECT node, gpu_index, sum(samples), sum(sm_sum), sum(sm_n), max(sm_max), max(mem_max_mb), "
+        "sum(CASE WHEN shared THEN samples ELSE 0 END) FROM job_gpu_summary "
+        "WHERE job_id = ? GROUP BY node, gpu_index ORDER BY node, gpu_index", [job_id]).fetchall()
+    gpus = []
+    for node, index, samples, sm_sum, sm_n, sm_max, mem_max, shared in summary:
+        points = series.get((node, index), [])
+        gpus.append({
+            "node": node, "gpu_index": index, "samples": samples,
+            "mean_sm_util": round(sm_sum / sm_n, 1) if sm_n else None,
+            "max_sm_util": sm_max,
+            "max_mem_mb": round(mem_max, 1) if mem_max is not None else None,
+            "mem_total_mb": totals.get((node, index)) or None,
+            "shared_fraction": round(shared / samples, 3) if samples else 0.0,
+            "series": _downsample([[p[0], p[1], p[2], p[4]] for p in points]),
         })
     return gpus
 
@@ -399,64 +433,100 @@ def group_report(db, by, since=None, until=None, slowdown_limit=1.5, now=None, u
     """
     now = int(now if now is not None else time.time())
     column = GROUP_COLUMNS[by]
-    fields = ("job_id", "start_time", "end_time", "nodes", "gpu_indices", "n_gpus", "shards", column)
-    jobs = [j for j in jobs_since(db, since, until, fields=fields, where="user = ?" if user else "",
-                                  params=[user] if user else []) if holds_gpus(j)]
-    util = dict(db.execute("SELECT job_id, avg(sm_util) FROM job_gpu_use GROUP BY job_id").fetchall())
+    where, params = [HOLDS_GPUS_SQL], []
+    if user:
+        where.append("user = ?")
+        params.append(user)
+    # columns, not a dict per job: a month of a large site is 300,000 jobs (docs/site-scale.md)
+    fields = ("job_id", "start_time", "end_time", "nodes", "gpu_indices", "n_gpus", column)
+    rows = job_rows_since(db, since, until, where=" AND ".join(where), params=params, fields=fields)
+    job_ids, starts, ends, nodes, indices, n_gpus, keys = (list(c) for c in zip(*rows)) if rows else [[]] * 7
+    util = dict(db.execute("SELECT job_id, sum(sm_sum) / sum(sm_n) FROM job_gpu_summary WHERE last_ts >= ? "
+                           "GROUP BY job_id HAVING sum(sm_n) > 0", [(since or 0) - 86400]).fetchall())
     # sacct's per-GPU types already say where indexed jobs ran; samples are needed for the others.
-    sampled = sampled_gpus(db, [j["job_id"] for j in jobs if not j["gpu_indices"]])
+    sampled = sampled_gpus(db, [j for j, i in zip(job_ids, indices) if not i])
+    ends = [end or now for end in ends]
     # A GPU-second held together with one other job counts half for each (one GPU did two jobs' work).
-    saved = {job_id: seconds / 2.0 for job_id, seconds in shared_gpu_seconds(jobs, sampled, now).items()}
+    shared = shared_gpu_seconds(gpu_lists(job_ids, nodes, indices, sampled), starts, ends)
     hurt = {row[0] for row in db.execute(
         "SELECT DISTINCT job_id FROM observations WHERE norm_tput < ?", [1.0 / slowdown_limit])}
-    groups = {}
-    for job in jobs:
-        key = job[column] or "(none)"
-        g = groups.setdefault(key, {by[:-1]: key, "jobs": 0, "gpu_hours": 0.0, "used_gpu_hours": 0.0,
-                                    "measured_gpu_hours": 0.0, "saved_gpu_hours": 0.0, "shared_jobs": 0,
-                                    "hurt_jobs": 0})
-        end = job["end_time"] or now
-        hours = max(0, end - job["start_time"]) / 3600.0 * max(1, job["n_gpus"] or 0)
-        g["jobs"] += 1
-        g["gpu_hours"] += hours
-        if util.get(job["job_id"]) is not None:
-            g["measured_gpu_hours"] += hours
-            g["used_gpu_hours"] += hours * util[job["job_id"]] / 100.0
-        g["saved_gpu_hours"] += saved.get(job["job_id"], 0.0) / 3600.0
-        g["shared_jobs"] += job["job_id"] in saved
-        g["hurt_jobs"] += job["job_id"] in hurt
+    names = {}
+    group = np.fromiter((names.setdefault(key or "(none)", len(names)) for key in keys), dtype=np.int64,
+                        count=len(keys))
+    hours = np.maximum(0, np.asarray(ends, dtype=np.float64) - np.asarray(starts, dtype=np.float64)) / 3600.0 \
+        * np.maximum(1, np.asarray([n or 0 for n in n_gpus], dtype=np.float64))
+    job_util = np.asarray([util.get(job_id) for job_id in job_ids], dtype=np.float64)  # None: nan
+    measured = ~np.isnan(job_util)
+
+    def per_group(weights=None):
+        return np.bincount(group, weights, minlength=len(names))
+
+    sums = {"jobs": per_group(), "gpu_hours": per_group(hours),
+            "used_gpu_hours": per_group(np.where(measured, hours * np.nan_to_num(job_util) / 100.0, 0.0)),
+            "measured_gpu_hours": per_group(np.where(measured, hours, 0.0)),
+            "saved_gpu_hours": per_group(shared / 2.0 / 3600.0), "shared_jobs": per_group(shared > 0),
+            "hurt_jobs": per_group(np.fromiter((job_id in hurt for job_id in job_ids), dtype=bool, count=len(job_ids)))}
     rows = []
-    for g in sorted(groups.values(), key=lambda r: -r["gpu_hours"]):
+    for name, k in sorted(names.items(), key=lambda item: -sums["gpu_hours"][item[1]]):
+        g = {by[:-1]: name}
+        for field in ("jobs", "gpu_hours", "used_gpu_hours", "measured_gpu_hours", "saved_gpu_hours", "shared_jobs",
+                      "hurt_jobs"):
+            value = sums[field][k].item()
+            g[field] = int(value) if field in ("jobs", "shared_jobs", "hurt_jobs") else value
         g["mean_util"] = round(100 * g["used_gpu_hours"] / g["measured_gpu_hours"], 1) \
             if g["measured_gpu_hours"] else None
-        for k in ("gpu_hours", "used_gpu_hours", "measured_gpu_hours", "saved_gpu_hours"):
-            g[k] = round(g[k], 3)
+        for field in ("gpu_hours", "used_gpu_hours", "measured_gpu_hours", "saved_gpu_hours"):
+            g[field] = round(g[field], 3)
         rows.append(g)
     return {"by": by, "since": since, "until": until, "user": user, "rows": rows}
 
 
 def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
     """Utilization over time (``bucket_s`` buckets; default: about 120 over the sampled span, at least
-    a minute), sharing rate and model accuracy."""
+    a minute, whole hours past five days or RAW_TIMELINE_MAX samples), sharing rate, model accuracy, and
+    ``gpu_samples``: how many GPU samples were stored (in the hours of [since, until]; pruned raw
+    samples count too).
+
+    Whole-hour buckets are read from the ``cluster_hourly`` rollup (30 days at a thousand nodes are
+    720 rows instead of 2 billion); shorter ones from the raw samples."""
     now = int(now if now is not None else time.time())
-    clauses, args = [], []
+    hours, hour_args = [], []
     if since is not None:
-        clauses.append("ts >= ?")
-        args.append(since)
+        hours.append("hour >= ?")
+        hour_args.append(int(since) // 3600 * 3600)
     if until is not None:
-        clauses.append("ts <= ?")
-        args.append(until)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        hours.append("hour <= ?")
+        hour_args.append(int(until))
+    hour_where = f"WHERE {' AND '.join(hours)}" if hours else ""
+    first, last, stored = db.execute(
+        f"SELECT min(hour), max(hour) + 3599, sum(samples) FROM cluster_hourly {hour_where}", hour_args).fetchone()
     if bucket_s is None:
-        first, last = db.execute(f"SELECT min(ts), max(ts) FROM gpu_samples {where}", args).fetchone()
-        bucket_s = max(60, int(((last or 0) - (first or 0)) / 120) + 1)
-    timeline = [
-        {"t": int(row[0]), "mean_gpu_util": round(row[1], 1) if row[1] is not None else None,
-         "gpus": row[2], "busy_fraction": round(row[3], 3)}
-        for row in db.execute(
+        span = (last or 0) - (first or 0)
+        bucket_s = max(60, int(span / 120) + 1)
+        if span > 5 * 86400 or (stored or 0) > RAW_TIMELINE_MAX:
+            bucket_s = -(-bucket_s // 3600) * 3600
+    if bucket_s % 3600 == 0:
+        rows = db.execute(
+            f"SELECT CAST(hour / ? AS INTEGER) * ?, sum(util_sum) / nullif(sum(util_n), 0), max(gpus), "
+            f"CAST(sum(busy) AS REAL) / sum(samples) FROM cluster_hourly {hour_where} GROUP BY 1 ORDER BY 1",
+            [bucket_s, bucket_s] + hour_args)
+    else:
+        clauses, args = [], []
+        if since is not None:
+            clauses.append("ts >= ?")
+            args.append(since)
+        if until is not None:
+            clauses.append("ts <= ?")
+            args.append(until)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = db.execute(
             f"SELECT CAST(ts / ? AS INTEGER) * ?, avg(gpu_util), count(DISTINCT node || ':' || gpu_index), "
             f"avg(job_ids IS NOT NULL) FROM gpu_samples {where} GROUP BY 1 ORDER BY 1",
             [bucket_s, bucket_s] + args)
+    timeline = [
+        {"t": int(row[0]), "mean_gpu_util": round(row[1], 1) if row[1] is not None else None,
+         "gpus": row[2], "busy_fraction": round(row[3], 3)}
+        for row in rows
     ]
     jobs = [j for j in jobs_since(db, since, until) if holds_gpus(j)]
     pairs = co_runs(jobs, sampled_gpus(db), now)
@@ -466,6 +536,6 @@ def cluster_report(db, since=None, until=None, bucket_s=None, now=None):
     return {
         "since": since, "until": until, "bucket_s": bucket_s, "gpu_jobs": len(jobs), "shared_jobs": len(sharing),
         "sharing_rate": round(len(sharing) / len(jobs), 3) if jobs else None,
-        "states": states, "timeline": timeline, "models": models,
+        "states": states, "timeline": timeline, "models": models, "gpu_samples": stored or 0,
         "observations": db.execute("SELECT count(*) FROM observations").fetchone()[0],
     }

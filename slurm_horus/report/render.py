@@ -136,7 +136,8 @@ def group_text(report):
 
 def cluster_text(report):
     lines = [f"GPU jobs {report['gpu_jobs']}, shared {report['shared_jobs']} "
-             f"(sharing rate {_fmt(report['sharing_rate'])}), observations {report['observations']}",
+             f"(sharing rate {_fmt(report['sharing_rate'])}), observations {report['observations']}, "
+             f"GPU samples {report.get('gpu_samples', 0)}",
              "States: " + ", ".join(f"{k} {v}" for k, v in sorted(report["states"].items())), ""]
     if report["timeline"]:
         lines.append(f"Utilization per {hms(report['bucket_s'])} (last 24 buckets):")

@@ -6,12 +6,22 @@ scheduling cycle over the jobs horusd keeps (after every refresh, at least every
 starts what it places (mover.py); a third renews the kept jobs' lease; SIGHUP (or a
 ``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
+
+Failover: with a backup controller (``SlurmctldHost`` twice), horusd runs beside each slurmctld, each
+told which one it serves (``controller_host``, default: this host's short name). Every
+``CONTROLLER_CHECK_S`` each asks ``scontrol ping`` which controller is in control (the first that
+answers, in SlurmctldHost order). Only the horusd beside it answers: the other one leaves every job
+to Slurm ("standby"), publishes no offers, reads no state, runs no cycle, renews no lease and writes
+nothing to the history database. When control moves, the new active horusd starts from an empty
+ledger and rebuilds its cluster state and its queue from squeue (the jobs the other one placed or
+kept carry their ``horus:`` tokens there) before it answers.
 """
 
 import logging
 import os
 import resource
 import signal
+import socket
 import threading
 import time
 
@@ -19,6 +29,7 @@ from ..config import load_config
 from ..errors import HorusError
 from ..placement.policies import PolicyModels, make_policy
 from ..slurm import queries
+from ..slurm.parse import active_controller
 from ..slurm.partitions import Preemption, read_preemption
 from .daemon import Placer
 from .history import History
@@ -51,6 +62,7 @@ def _cpu_seconds():
 # an early refresh (a job was kept, or left to Slurm) starts this long after the last one at the
 # soonest, and no sooner than the last one took: a burst of submissions folds into few squeue calls
 MIN_REFRESH_GAP_S = 0.1
+CONTROLLER_CHECK_S = 2.0  # how often each horusd asks which slurmctld is in control (failover)
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
@@ -134,14 +146,25 @@ def build_placer(config, predictor_factory=None, history=None):
     return placer
 
 
+def _slurm_controllers():
+    return queries.controllers(timeout=5.0)
+
+
 class Horusd:
-    def __init__(self, config, reader=None, predictor_factory=None):
+    def __init__(self, config, reader=None, predictor_factory=None, controllers=_slurm_controllers):
         check_serve_config(config)
         self.config = config
         self.reader = reader or SlurmReader()
         self.predictor_factory = predictor_factory
+        # failover: the SlurmctldHost this horusd serves, and whether that slurmctld is in control
+        self.controllers = controllers
+        self.controller_host = config.controller_host or socket.gethostname().split(".")[0]
+        self.active = True
+        self.in_control = None  # the controller in control, when there is a backup
+        self._rebuilding = False  # took over, state not read from squeue yet
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
-                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start())
+                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start(),
+                               is_active=lambda: self.active)
         self.placer = build_placer(config, predictor_factory, self.history)
         self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None, after_reply=self.after_reply)
         self._decision_ms = 0.0
@@ -173,10 +196,20 @@ class Horusd:
         request = parse_request(message)
         op = request.op
         if op == "ping":
-            return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
+            # no state read yet (a standby horusd, a first refresh that failed): inf is no JSON number
+            return {"ok": True, "state_age_s": round(min(self.placer.state_age(), 1e9), 3),
                     "decisions": self.placer.decisions, "ledger": len(self.placer.ledger),
                     "refresh_interval_s": round(self.refresh_interval, 3), "policy": self.config.policy,
-                    "pid": os.getpid(), "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s}
+                    "pid": os.getpid(), "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s,
+                    "active": self.active, "controller": self.controller_host, "in_control": self.in_control,
+                    "jobs": len(self.placer.state.jobs) if self.placer.state is not None else 0}
+        if not self.active and op != "reload":
+            if op in ("claim", "left"):
+                return None  # notifications
+            if op == "place":
+                return unchanged(f"standby: slurmctld on {self.controller_host} is not in control "
+                                 f"({self.in_control or 'none'} is)").wire()
+            return error("standby")
         if op == "reload":
             self.reload()
             return {"ok": True, "reloaded": True}
@@ -261,6 +294,9 @@ class Horusd:
             self.offers_changed.wait(1.0)
             if self.stopping.is_set():
                 return
+            if not self.active:
+                self.offers_changed.clear()
+                continue
             # the submission that caused this is still in slurmctld and sbatch: let it finish
             # before taking the CPU (this VM has two), and fold a burst into one recomputation
             time.sleep(OFFER_DELAY_S)
@@ -288,9 +324,12 @@ class Horusd:
             self.wake.clear()
             if self.stopping.is_set():
                 return
+            if not self.active:  # standby: the active horusd reads the state; ours is rebuilt at takeover
+                continue
             started, started_at = _cpu_seconds(), time.monotonic()
             try:
                 self.refresh_once()
+                self._rebuilt()
                 last_cost = _cpu_seconds() - started
                 # the gap between early refreshes: wall time, but bounded like the interval (a refresh
                 # that waited on a restarting slurmctld must not space the next ones out for long)
@@ -303,8 +342,10 @@ class Horusd:
 
     # ---- the queue ------------------------------------------------------------------------------
     def run_cycle_once(self):
-        """One pass: the kill switch, or the scheduling cycle and its moves."""
+        """One pass: the kill switch, or the scheduling cycle and its moves (only the active horusd)."""
         placer = self.placer
+        if not self.active:
+            return
         if os.path.exists(self.config.disable_file):
             # switched off: Slurm starts every kept job on its own, now (no waiting for the lease)
             kept = [job_id for job_id in placer.kept_job_ids() if job_id not in self.released_by_switch]
@@ -332,7 +373,7 @@ class Horusd:
 
     def renew_leases(self):
         """Push every kept job's begin time a lease ahead (not while the kill switch is on)."""
-        kept = self.placer.kept_job_ids()
+        kept = self.placer.kept_job_ids() if self.active else ()
         if kept and not os.path.exists(self.config.disable_file):
             self.mover.renew(kept, self.placer.lease_s)
 
@@ -382,6 +423,61 @@ class Horusd:
         self.placer = placer
         log.info("horus: reloaded config (policy=%s binding=%s)", config.policy, config.binding)
 
+    # ---- failover -------------------------------------------------------------------------------
+    def check_controller(self):
+        """Is the slurmctld this horusd serves the one in control? Switches to active or standby."""
+        try:
+            controllers = self.controllers()
+        except Exception as exc:  # Slurm's CLI unusable: keep the current role
+            log.warning("horus: cannot ask which controller is in control (%s)", exc)
+            return self.active
+        if len(controllers) < 2 or self.controller_host not in {c.host for c in controllers}:
+            self.in_control, active = None, True  # no backup controller (or not beside one): always answer
+        else:
+            self.in_control = active_controller(controllers)
+            active = self.in_control == self.controller_host
+        if active != self.active:
+            self._switch(active)
+        return active
+
+    def _switch(self, active):
+        if active:
+            placer = self.placer
+            with placer.lock:
+                # decisions of the other horusd are in squeue by now, and so are the jobs it kept
+                placer.ledger.entries.clear()
+                placer.unseen_keeps.clear()
+                placer.snapshot_time = 0.0  # "stale" until rebuilt: nothing is placed on the old view
+            self.active = True
+            self._rebuilding = True
+            try:
+                self.refresh_once()
+                self._rebuilt()
+            except Exception as exc:  # the new controller may still be taking over: the refresher retries
+                log.warning("horus: slurmctld on %s is in control, but squeue failed (%s): answering "
+                            "'unchanged' until it answers", self.controller_host, exc)
+                self.wake.set()
+        else:
+            self.active = False
+            log.info("horus: standby: slurmctld on %s is not in control (%s is); leaving jobs to Slurm",
+                     self.controller_host, self.in_control or "none")
+            with self.offers_file.lock:
+                try:
+                    self.offers_file.write({})  # a header only: no offer may be taken here
+                except OSError:
+                    pass
+
+    def _rebuilt(self):
+        if self._rebuilding:
+            self._rebuilding = False
+            log.info("horus: slurmctld on %s is in control: answering; state rebuilt from squeue (%d jobs, "
+                     "%d kept)", self.controller_host, len(self.placer.state.jobs) if self.placer.state else 0,
+                     len(self.placer.kept))
+
+    def _controller_loop(self):
+        while not self.stopping.wait(CONTROLLER_CHECK_S):
+            self.check_controller()
+
     # ---- lifecycle ------------------------------------------------------------------------------
     def _die(self, reason):
         """A vital thread died: stop, and make serve_forever exit non-zero."""
@@ -393,8 +489,10 @@ class Horusd:
 
     def start(self):
         raise_fd_limit()
+        self.check_controller()
         try:
-            self.refresh_once()
+            if self.active:
+                self.refresh_once()
         except Exception as exc:
             log.warning("horus: first refresh failed, answering 'unchanged' until Slurm answers: %s", exc)
         self.history.start(on_death=self._die)
@@ -402,7 +500,8 @@ class Horusd:
         self._refresher = run_in_background(self._refresh_loop, "horusd-refresh", on_death=self._die)
         self._threads = [self._refresher, run_in_background(self._offers_loop, "horusd-offers", on_death=self._die),
                          run_in_background(self._cycle_loop, "horusd-cycle", on_death=self._die),
-                         run_in_background(self._lease_loop, "horusd-lease", on_death=self._die)]
+                         run_in_background(self._lease_loop, "horusd-lease", on_death=self._die),
+                         run_in_background(self._controller_loop, "horusd-controller", on_death=self._die)]
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 

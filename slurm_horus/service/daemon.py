@@ -113,7 +113,8 @@ class Placer:
     # ---- state ----------------------------------------------------------------------------------
     def load_snapshot(self, snapshot: Snapshot):
         """Build a fresh ClusterState from Slurm's view plus the ledger entries squeue does not show."""
-        view = translate(snapshot, self.classes, self.max_jobs_per_gpu, self.default_gpu_type, self.gpu_memory_mb)
+        view = translate(snapshot, self.classes, self.max_jobs_per_gpu, self.default_gpu_type, self.gpu_memory_mb,
+                         needs_shards=self.binding == "shard")
         queue = PendingQueue(self.policy)
         with self.lock:
             self._apply_claims()  # into the old state and the ledger, which carries them over

@@ -3,6 +3,10 @@
 Nothing here runs on the decision path: decisions are queued and written by one background thread
 (SQLite connections stay in the thread that opened them), and a database that cannot be opened only
 costs a warning — horusd goes on deciding with the built-in priors.
+
+With a backup controller, horusd runs beside each slurmctld and only the one beside the controller in
+control writes (``is_active``): the passive one records nothing, refits nothing and keeps the file
+closed, so the history database has one writer.
 """
 
 import logging
@@ -18,8 +22,9 @@ _STOP = object()
 
 
 class History:
-    def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None):
+    def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None, is_active=lambda: True):
         self.db_path = db_path
+        self.is_active = is_active
         self.refit_s = refit_s
         self.gpu_type = gpu_type
         self.on_refit = on_refit  # called after a refit stored a new model (horusd reloads)
@@ -49,8 +54,9 @@ class History:
 
     # ---- decisions ------------------------------------------------------------------------------
     def record(self, user, reply):
-        """Queue the decision ``reply`` (its wire dict) made for ``user`` (dry runs are not recorded)."""
-        if self.failed or reply.get("action") != "place":
+        """Queue the decision ``reply`` (its wire dict) made for ``user`` (dry runs are not recorded);
+        a passive horusd (beside a standby controller) records nothing."""
+        if self.failed or reply.get("action") != "place" or not self.is_active():
             return
         try:
             self.pending.put_nowait((user, reply))
@@ -68,16 +74,27 @@ class History:
         self.recorded += 1
 
     def _run(self):
-        try:
-            from ..store.db import open_db
+        from ..store.db import open_db
 
-            db = open_db(self.db_path)
-        except Exception as exc:
-            log.warning("horus: history database %s unusable (%s): decisions are not recorded", self.db_path, exc)
-            self.failed = True
-            return
-        next_refit = time.monotonic() + self.refit_s if self.refit_s > 0 else None
+        db = None
+        next_refit = None
         while not self._stopping.is_set():
+            if not self.is_active():
+                if db is not None:  # passive now: the other horusd writes
+                    db.conn.close()
+                    db = None
+                self._drop_queued()
+                self._stopping.wait(1.0)
+                continue
+            if db is None:
+                try:
+                    db = open_db(self.db_path)
+                except Exception as exc:
+                    log.warning("horus: history database %s unusable (%s): decisions are not recorded",
+                                self.db_path, exc)
+                    self.failed = True
+                    return
+                next_refit = time.monotonic() + self.refit_s if self.refit_s > 0 else None
             try:
                 item = self.pending.get(timeout=1.0)
             except queue.Empty:
@@ -92,6 +109,16 @@ class History:
             if next_refit is not None and time.monotonic() >= next_refit:
                 next_refit = time.monotonic() + self.refit_s
                 self._refit(db)
+        if db is not None:
+            db.conn.close()
+
+    def _drop_queued(self):
+        try:
+            while self.pending.get_nowait() is not _STOP:
+                pass
+            self._stopping.set()
+        except queue.Empty:
+            pass
 
     def _refit(self, db):
         try:

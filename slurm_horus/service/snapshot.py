@@ -126,15 +126,18 @@ def kept_request(job, job_class) -> Optional[JobRequest]:
 
 
 def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, default_gpu_type="v100",
-              gpu_memory_mb: Callable[[str], float] = lambda _t: 16384.0) -> View:
-    """The placement core's view of one snapshot (see the module docstring)."""
+              gpu_memory_mb: Callable[[str], float] = lambda _t: 16384.0, needs_shards=False) -> View:
+    """The placement core's view of one snapshot (see the module docstring). ``needs_shards`` (the
+    shard binding): nodes where Slurm offers no shards are left out."""
     state = ClusterState(max_jobs_per_gpu=max_jobs_per_gpu, classes=classes)
     for node in snapshot.nodes:
         count = node_gpu_count(node)
-        if count == 0 or not node_usable(node):
+        shards = node_shards_per_gpu(node, count)
+        # after a backup controller took over, 22.05 showed typed shard counts of 0 (shard:g0:0) and
+        # refused every shard job: the shard binding places nothing on a node that offers no shards
+        if count == 0 or not node_usable(node) or (needs_shards and not shards):
             continue
         gpu_type = snapshot.features.get(node.name) or default_gpu_type
-        shards = node_shards_per_gpu(node, count)
         state.add_node(node.name, gpu_type, count, gpu_memory_mb(gpu_type), node.partitions or ("default",),
                        **({"gpu_cap": shards} if shards else {}))
     state.build()

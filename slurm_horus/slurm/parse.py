@@ -10,6 +10,7 @@ kept; the GRES fields become :class:`~slurm_horus.slurm.gres.GresItem` lists:
 """
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
@@ -51,6 +52,8 @@ class NodeInfo:
     gres: List[GresItem] = field(default_factory=list)
     gres_used: List[GresItem] = field(default_factory=list)
     features: Tuple[str, ...] = ()
+    address: str = ""  # NodeAddr
+    hostname: str = ""  # NodeHostname
 
     def gpu_indices_in_use(self):
         """GPU indices held by jobs, whole GPUs and shards alike."""
@@ -77,6 +80,8 @@ def parse_sinfo(text):
             gres=_gres_field(record, "gres", "sinfo"),
             gres_used=_gres_field(record, "gres_used", "sinfo"),
             features=tuple(f for f in (record.get("active_features") or record.get("features") or "").split(",") if f),
+            address=str(record.get("address") or ""),
+            hostname=str(record.get("hostname") or ""),
         ))
     return nodes
 
@@ -231,3 +236,29 @@ def parse_sacct(text):
             gres_requested=_tres_gres(tres.get("requested")),
         ))
     return jobs
+
+
+@dataclass(frozen=True)
+class ControllerStatus:
+    role: str  # primary, backup, backup2, ...
+    host: str  # its SlurmctldHost name
+    up: bool
+
+
+_PING_LINE = re.compile(r"^Slurmctld\((?P<role>[\w-]+)\) at (?P<host>\S+) is (?P<state>UP|DOWN)", re.M)
+
+
+def parse_ping(text):
+    """``scontrol ping`` output -> [ControllerStatus] in SlurmctldHost order (22.05 prints one line per
+    controller: ``Slurmctld(primary) at ctl1 is UP``; a standby backup answers pings, so it is UP too)."""
+    return [ControllerStatus(m.group("role"), m.group("host"), m.group("state") == "UP")
+            for m in _PING_LINE.finditer(text or "")]
+
+
+def active_controller(controllers):
+    """The controller in control: the first that answers, in SlurmctldHost order (a backup takes over
+    only while every controller before it is down, and gives control back when the primary returns)."""
+    for controller in controllers:
+        if controller.up:
+            return controller.host
+    return None

@@ -3,13 +3,19 @@
 ``slurm_conf=None`` uses the caller's ``SLURM_CONF`` (or Slurm's default), as on a real site.
 """
 
-from .parse import parse_sacct, parse_sinfo, parse_squeue
+from .parse import parse_ping, parse_sacct, parse_sinfo, parse_squeue
 from .runner import run_slurm
 
 
 def sinfo(slurm_conf=None, timeout=10.0):
     """[NodeInfo] of every node."""
     return parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=slurm_conf, timeout=timeout).stdout)
+
+
+def controllers(slurm_conf=None, timeout=10.0):
+    """[ControllerStatus] of every SlurmctldHost, from ``scontrol ping`` (which exits non-zero when
+    one is down, and still says which)."""
+    return parse_ping(run_slurm(["scontrol", "ping"], slurm_conf=slurm_conf, timeout=timeout, check=False).stdout)
 
 
 def squeue(slurm_conf=None, timeout=10.0, job_ids=None):
