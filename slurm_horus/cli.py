@@ -26,6 +26,8 @@ SUBCOMMANDS = {
     "report": "slurm_horus.report.cli:report",
     "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",
+    "fake-job": "slurm_horus.sim.cli:fake_job",
+    "replay": "slurm_horus.replay.cli:replay_command",
     "admin": "slurm_horus.admin:admin",
     "job-env": "slurm_horus.sbatch.jobenv:job_env",
 }

@@ -3,14 +3,12 @@
 Each step is a :class:`Step` in :data:`STEPS`: a local Slurm cluster with accounting, horusd and the
 placing job_submit.lua; a mixed deep-learning workload (fake GPU jobs of Gavel's V100 classes)
 submitted with plain ``sbatch`` and with ``horus-sbatch``; who shares which GPU and why; what sacct
-recorded; the utilization report; the simulator on the embedded trace. Teardown always runs.
+recorded; the utilization report; then ``horus replay`` of a short Philly workload on two fresh
+clusters (plain Slurm, horus) beside the simulator's prediction. Teardown always runs.
 """
 
-import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
@@ -60,7 +58,7 @@ class DemoContext:
     cluster: LocalCluster = None
     jobs: Dict[str, tuple] = field(default_factory=dict)
     options: dict = field(default_factory=dict)
-    collectors: list = field(default_factory=list)  # stand-in NVML samplers, one per node
+    collectors: object = None  # the stand-in NVML collectors (localcluster.collectors), one per node
 
 
 @dataclass(frozen=True)
@@ -125,15 +123,10 @@ def horus_command(ctx, args, **kwargs):
 
 def start_collectors(ctx):
     """One stand-in NVML collector per node, as a site runs `horus collect` on each GPU node."""
+    from .localcluster.collectors import StandinCollectors
+
     env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
-    for node in ctx.cluster.node_names():
-        spool = ctx.cluster.root / "run" / f"collect-{node}.db"
-        ctx.collectors.append((spool, node, subprocess.Popen(
-            [sys.executable, "-m", "slurm_horus", "collect", "--backend", "standin", "--node", node,
-             "--interval", "1", "--spool", str(spool), "--ship-every", "5",
-             "--slurm-conf", str(ctx.cluster.slurm_conf)] + _shipping(ctx, node),
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            cwd=str(ctx.cluster.root))))
+    ctx.collectors = StandinCollectors(ctx.cluster, env=env, ship_to=lambda node: _shipping(ctx, node)).start()
     ctx.echo(f"    horus collect --backend standin on {', '.join(ctx.cluster.node_names())} "
              "(NVML stand-in: these fake GPUs report what the jobs claim)")
     ctx.echo(f"      shipping with --ship-to {ctx.cluster.ship_to} (horus receive, the one writer of the "
@@ -146,12 +139,9 @@ def _shipping(ctx, node):
 
 
 def stop_collectors(ctx):
-    for spool, node, process in ctx.collectors:
-        process.terminate()
-        process.wait(timeout=30)
-        # what was not shipped yet
-        horus_command(ctx, ["collect", "--ship", "--spool", str(spool)] + _shipping(ctx, node))
-    ctx.collectors = []
+    if ctx.collectors is not None:
+        ctx.collectors.stop()
+        ctx.collectors = None
 
 
 def submit_workload(ctx):
@@ -267,28 +257,41 @@ def utilization_report(ctx):
     ctx.echo(f"    HTML report with plots: {html}")
 
 
-def simulate_embedded_trace(ctx):
-    from .resources import package_data_path
+def replay_short_workload(ctx):
+    """The story end to end: the same short Philly workload on real Slurm, plain and with horus, each
+    on its own fresh cluster, next to what the simulator predicts for it (``horus replay``)."""
+    from .replay.cli import side_by_side
+    from .replay.run import ReplaySetup, replay
+    from .replay.workload import philly_like
+    from .sim.run import prepare_trace
+    from .sim.truth import load_truth
 
-    trace = package_data_path("philly_sample.csv")
-    with tempfile.TemporaryDirectory() as tmp:
-        summary = os.path.join(tmp, "summary.json")
-        argv = [sys.executable, "-m", "slurm_horus", "simulate", "--trace", str(trace), "--cluster", "4x4:v100",
-                "--truth", "gavel:v100", "--policy", "slurm-default,sjf-bsbf,horus,oracle",
-                "--load", "2", "--no-progress", "--json", summary]
-        ctx.echo("    horus simulate --trace philly_sample.csv (800 Philly jobs) --cluster 4x4:v100 "
-                 "--truth gavel:v100 --load 2")
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp)
-        if result.returncode != 0:
-            raise click.ClickException(f"simulate failed: {result.stderr.strip()}")
-        for line in result.stdout.strip().splitlines():
+    truth = load_truth("gavel:v100")
+    # 16 jobs of 1 min - 1 h arriving at 3x what 8 GPUs do (a queue builds up), run 300x faster
+    n_jobs, load, speedup = 16, 3.0, 300.0
+    trace = philly_like(n_jobs, load=load, n_gpus=8, seed=1)
+    jobs = prepare_trace(trace, truth, 0, 1.0, 8)
+    history = ctx.cluster.root / "replay"
+    setup = ReplaySetup(jobs, truth, "gavel:v100", 2, 4, "v100", speedup=speedup, history_dir=history)
+    ctx.echo(f"    horus replay: {n_jobs} Philly jobs of 1-60 min (offered load {load:g} on 8 GPUs), x{speedup:g} "
+             "speed, fake jobs that slow down as Gavel's V100 pairs say (truth gavel:v100)")
+
+    def progress(line):
+        if "up in" in line or "live makespan" in line:
             ctx.echo(f"      {line}")
-        with open(summary) as f:
-            policies = json.load(f)["policies"]
-    base = policies["slurm-default"]
-    ours = policies["horus"]
-    ctx.echo(f"    horus vs slurm-default: makespan {ours['makespan'] / base['makespan'] - 1:+.0%}, "
-             f"mean JCT {ours['mean_jct'] / base['mean_jct'] - 1:+.0%}")
+
+    payload, _runs = replay(setup, ["slurm-default", "horus"], progress=progress)
+    for line in side_by_side(payload).splitlines():
+        ctx.echo(f"      {line}")
+    ratios = payload["ratios_to_slurm_default"]["horus"]
+    ctx.echo(f"    horus vs plain Slurm, mean JCT: live {ratios['live']['mean_jct'] - 1:+.0%} (sacct), "
+             f"simulated {ratios['sim']['mean_jct'] - 1:+.0%} (the same placement core, told what horusd knows "
+             f"and how late each live scheduler acts at x{speedup:g}; acting at once: "
+             f"{ratios['sim_ideal']['mean_jct'] - 1:+.0%})")
+    result = horus_command(ctx, ["report", "users", "--db", str(history / "horus.db")])
+    ctx.echo(f"    horus report users --db {history / 'horus.db'}   (sacct + GPU samples of the horus replay)")
+    for line in (result.stdout or result.stderr).rstrip().splitlines():
+        ctx.echo(f"      {line}")
 
 
 STEPS: List[Step] = [
@@ -298,7 +301,8 @@ STEPS: List[Step] = [
     Step("let the jobs finish", wait_for_workload),
     Step("sacct: which GPUs each job had", show_accounting),
     Step("utilization report from sacct + the GPU samples (horus ingest, horus report)", utilization_report),
-    Step("simulator: the same placement core on an embedded Philly trace", simulate_embedded_trace),
+    Step("sim-to-real: a short Philly workload on real Slurm, plain vs horus, beside the simulator",
+         replay_short_workload),
 ]
 
 
@@ -320,8 +324,8 @@ def run_demo(steps=None, echo=click.echo, directory=None, keep=False, cluster=No
             step.run(ctx)
             echo(f"    ({time.monotonic() - step_started:.1f} s)")
     finally:
-        for _spool, _node, process in ctx.collectors:
-            process.kill()
+        if ctx.collectors is not None:
+            ctx.collectors.kill()
         if ctx.cluster is not None:
             if keep:
                 echo(f"cluster left running: horus local-cluster down --dir {ctx.cluster.root}")

@@ -74,10 +74,10 @@ export PATH={bin_dir}:$PATH
 eval "$(horus admin completion bash)"
 complete -p horus horus-sbatch
 COMP_WORDS=(horus-sbatch --horus-c); COMP_CWORD=1; _horus_sbatch; echo "sbatch: ${{COMPREPLY[*]}}"
-COMPREPLY=(); COMP_WORDS=(horus rep); COMP_CWORD=1; _horus_completion horus; echo "horus: ${{COMPREPLY[*]}}"
+COMPREPLY=(); COMP_WORDS=(horus repo); COMP_CWORD=1; _horus_completion horus; echo "horus: ${{COMPREPLY[*]}}"
 """
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "complete -o filenames -F _horus_sbatch horus-sbatch" in result.stdout
     assert "sbatch: --horus-class=" in result.stdout
-    assert "horus: report" in result.stdout
+    assert "horus: report\n" in result.stdout  # one subcommand starts with "repo" (replay, report: "rep")

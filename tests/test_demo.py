@@ -8,7 +8,7 @@ from slurm_horus.demo import STEPS, WORKLOAD, run_demo
 
 
 @pytest.mark.slurm
-def test_demo_tour_runs_and_shows_sharing_accounting_report_and_simulation(monkeypatch):
+def test_demo_tour_runs_and_shows_sharing_accounting_report_and_replay(monkeypatch):
     # the jobs must still run when the tour shows who shares which GPU: on a loaded machine the
     # submissions alone took 17-18 s, longer than the demo's 12 s jobs (sbatch exports this to them)
     monkeypatch.setenv("DEMO_SECONDS", "25")
@@ -32,4 +32,7 @@ def test_demo_tour_runs_and_shows_sharing_accounting_report_and_simulation(monke
     # the report saw every job, and the job report lists the co-runner it shared with
     assert re.search(rf"^\s+root\s+{len(WORKLOAD)}\s", text, re.M), text
     assert "Co-runners:" in text
-    assert re.search(r"horus vs slurm-default: makespan -\d+%, mean JCT -\d+%", text)
+    # the replay: plain Slurm and horus live, each beside the simulator's figures, then the report
+    assert re.search(r"^\s+slurm-default\s+live\s+[\d.]+h", text, re.M) and text.count("live/sim") == 2, text
+    assert re.search(r"horus vs plain Slurm, mean JCT: live [+-]\d+% \(sacct\), simulated [+-]\d+%", text), text
+    assert re.search(r"^\s+root\s+16\s", text, re.M), text

@@ -94,19 +94,20 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
         for node, proc in zip(cluster.node_names(), collectors):  # sampling before the jobs start
             wait_for_spool(tmp_path / f"spool-{node}.db", proc)
         jobs = {
-            # solo runs give the baselines: alpha 5 s, beta 1 s
-            "alpha_solo": submit(cluster, tmp_path, f"a1{tag}", "n1", "gpu:g0:1", 5, 80, cls="alpha"),
-            "beta_solo": submit(cluster, tmp_path, f"b1{tag}", "n1", "gpu:g1:1", 1, 40, cls="beta"),
-            # alpha and beta share GPU 2 of n2 through shards and run slower: observed normalized
-            # throughputs near 0.8 (alpha) and 0.2 (beta), whatever the second-granular jitter, far
-            # from the 0.5 the model says for classes it has never seen
-            "alpha_shared": submit(cluster, tmp_path, f"a2{tag}", "n2", "shard:g2:1", 6, 70,
+            # solo runs give the baselines: alpha 10 s, beta 2 s
+            "alpha_solo": submit(cluster, tmp_path, f"a1{tag}", "n1", "gpu:g0:1", 10, 80, cls="alpha"),
+            "beta_solo": submit(cluster, tmp_path, f"b1{tag}", "n1", "gpu:g1:1", 2, 40, cls="beta"),
+            # alpha and beta share GPU 2 of n2 through shards for 11 s (the learning loop wants at
+            # least 10 s shared) and run slower: observed normalized throughputs near 0.7 (alpha) and
+            # 0.2 (beta), whatever the second-granular jitter, far from the 0.5 the model says for
+            # classes it has never seen
+            "alpha_shared": submit(cluster, tmp_path, f"a2{tag}", "n2", "shard:g2:1", 13, 70,
                                    partner=f"b2{tag}", cls="alpha"),
-            "beta_shared": submit(cluster, tmp_path, f"b2{tag}", "n2", "shard:g2:1", 5, 35,
+            "beta_shared": submit(cluster, tmp_path, f"b2{tag}", "n2", "shard:g2:1", 11, 35,
                                   partner=f"a2{tag}", cls="beta"),
             # holds GPUs 1 and 3 of n3, computes nothing on them; long enough for the 3 samples the
-            # idle flag needs (the collectors sampled every ~2 s on a loaded machine, and saw a job's second
-            # GPU a sample late)
+            # idle flag needs (the collectors sampled every ~2 s on a loaded machine, saw a job's second
+            # GPU a sample late, and at load 16 saw its process 3 s after its start)
             "idle": submit(cluster, tmp_path, f"id{tag}", "n3", "gpu:g1:1,gpu:g3:1", 12, 0),
             "failed": submit(cluster, tmp_path, f"fa{tag}", "n4", "gpu:g0:1", 1, 50, exit_code=3),
         }

@@ -53,3 +53,30 @@ def test_gpu_type_from_nvml_name():
     assert gpu_type_from_name("Tesla V100-SXM2-16GB", "x") == "v100"
     assert gpu_type_from_name("NVIDIA H100 80GB HBM3", "x") == "h100"
     assert gpu_type_from_name("Stand-in GPU", "v100") == "v100"
+
+
+def test_a_job_that_declares_its_solo_time_is_measured_against_it(tmp_path):
+    """Jobs of one class doing different work: the class median would be wrong; each job's own
+    declared solo time (plus the overhead seen on jobs that ran alone) is right."""
+    db = open_db(tmp_path / "h.db")
+
+    def declaring(job_id, cls, start, elapsed, gpu, solo_s):
+        row = job(job_id, cls, start, elapsed, gpu)
+        row["comment"] = f"class={cls} solo_s={solo_s}"
+        return row
+
+    jobs = [
+        declaring(1, "alpha", 1000, 12, 0, 10.0), declaring(2, "alpha", 1000, 102, 1, 100.0),  # overhead 2 s
+        declaring(3, "beta", 1000, 42, 2, 40.0),
+        # alpha (30 s of work) shares GPU 3 for its whole run with a longer beta: 0.6 -> 30 / 0.6 + 2 = 52 s
+        declaring(4, "alpha", 2000, 52, 3, 30.0), declaring(5, "beta", 2000, 160, 3, 140.0),
+    ]
+    write_rows(db, jobs, [])
+    store_batches(db, [batch for j in jobs for batch in samples(j["job_id"], int(j["gpu_indices"]), j["start_time"],
+                                                                j["elapsed_s"], 50, 1000)])
+    rows = {(r["job_id"], r["corunner_job_id"]): r for r in derive_observations(db)}
+    # its solo time is 30 + 2: x = 1 - (52 - 32) / 52 (the 2 s overhead counts as shared time: 0.615, not 0.6)
+    assert rows[(4, 5)]["norm_tput"] == pytest.approx(1 - 20 / 52, abs=1e-4)
+    assert rows[(4, 5)]["solo_elapsed_s"] == pytest.approx(32.0)
+    # beta: 160 s, 52 of them shared, 140 + 2 alone: 1 - (160 - 142) / 52
+    assert rows[(5, 4)]["norm_tput"] == pytest.approx(1 - 18 / 52, abs=1e-4)

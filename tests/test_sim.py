@@ -268,3 +268,22 @@ def test_a_sub_batched_job_runs_at_the_speed_of_the_smaller_batch():
     speed = (base.solo[("v100", "resnet50-bs32")] * 32) / (base.solo[("v100", "resnet50-bs64")] * 64)
     assert new.run_class == "resnet50-bs32" and new.ooms == 0
     assert new.end == pytest.approx(1.0 + 100.0 / (0.9 * speed))
+
+
+def test_live_cadence_delays_the_cycle_after_an_end_and_holds_gpus_for_the_launch():
+    """One GPU, three jobs: the second waits for the first; an arrival is decided at once."""
+    trace = [TraceJob("a", 0.0, 100.0, 1, job_class="a"), TraceJob("b", 10.0, 50.0, 1, job_class="a"),
+             TraceJob("c", 500.0, 40.0, 1, job_class="a")]
+
+    def run(**options):
+        result = run_policies([TraceJob(t.job_id, t.submit_time, t.duration, 1, job_class="a") for t in trace],
+                              [NodeGroup(1, 1, "v100", 16384.0)], constant_truth(1.0), ["slurm-default"],
+                              holdout=False, options=SimOptions(**options))[0]
+        return {j.req.job_id: (j.first_start, j.end) for j in result.jobs}
+
+    assert run() == {"a": (0.0, 100.0), "b": (100.0, 150.0), "c": (500.0, 540.0)}
+    # b starts when the cycle after a's end runs; c arrives on a free GPU and starts at once
+    assert run(end_to_cycle_s=30.0) == {"a": (0.0, 100.0), "b": (130.0, 180.0), "c": (500.0, 540.0)}
+    # every job holds its GPU 5 s longer than its work
+    assert run(launch_s=5.0, end_to_cycle_s=30.0) == {"a": (0.0, 105.0), "b": (135.0, 190.0),
+                                                      "c": (500.0, 545.0)}

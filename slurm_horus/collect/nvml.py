@@ -10,9 +10,16 @@ Two backends share one small interface (:class:`GpuBackend`):
   Its processes are real processes of this machine: those whose environment carries
   ``GPU_DEVICE_ORDINAL`` (set by Slurm for gpu and shard GRES, also on fake GPUs) and
   ``HORUS_FAKE_GPU_UTIL`` (the synthetic SM utilization the fake job claims, 0..100) and, optionally,
-  ``HORUS_FAKE_GPU_MEM_MB``. GPU utilization is the sum of its processes' utilization, capped at 100.
+  ``HORUS_FAKE_GPU_MEM_MB``. A fake job that feels interference (``horus fake-job``,
+  ``slurm_horus/sim/fakejob.py``) also names its class (``HORUS_FAKE_CLASS``) and publishes what it
+  shows *now* (its utilization drops with its speed when it shares) in a small status file under
+  ``HORUS_FAKE_GPU_DIR`` (:func:`fake_status_path`); the stand-in reports that value.
+  GPU utilization is the sum of its processes' utilization, capped at 100.
 """
 
+import json
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -166,6 +173,64 @@ class NvmlUnavailable(RuntimeError):
 
 FAKE_UTIL_VAR = "HORUS_FAKE_GPU_UTIL"
 FAKE_MEM_VAR = "HORUS_FAKE_GPU_MEM_MB"
+FAKE_CLASS_VAR = "HORUS_FAKE_CLASS"
+FAKE_DIR_VAR = "HORUS_FAKE_GPU_DIR"
+
+
+@dataclass
+class FakeGpuProcess:
+    """A process of a fake GPU job, as its environment describes it."""
+
+    pid: int
+    job_id: Optional[str]
+    gpus: List[int]
+    util: Optional[float]  # the utilization it claims alone
+    mem_mb: Optional[float]
+    job_class: Optional[str]
+    status_path: Optional[str]  # where it publishes what it does now (None: it does not)
+
+
+def fake_gpu_process(pid, env, node=None, slurm_conf=None) -> Optional[FakeGpuProcess]:
+    """The fake GPU process ``pid`` of this node and cluster, or None (not one, or not ours).
+
+    The one reading of the fake jobs' variables: the stand-in NVML and the fake jobs themselves
+    (who else is on my GPU) both see processes through it."""
+    if not env or FAKE_UTIL_VAR not in env or "GPU_DEVICE_ORDINAL" not in env:
+        return None
+    if not procfs.is_ours(env, node, slurm_conf):
+        return None
+    job_id = env.get("SLURM_JOB_ID") or None
+    return FakeGpuProcess(pid=pid, job_id=job_id, gpus=procfs.parse_gpu_list(env["GPU_DEVICE_ORDINAL"]),
+                          util=_float(env.get(FAKE_UTIL_VAR)), mem_mb=_float(env.get(FAKE_MEM_VAR)),
+                          job_class=env.get(FAKE_CLASS_VAR) or None,
+                          status_path=fake_status_path(env.get(FAKE_DIR_VAR), job_id, pid))
+
+
+def fake_status_path(directory, job_id, pid):
+    """Where the fake job ``job_id``/``pid`` publishes its current reading (None without a directory)."""
+    if not directory:
+        return None
+    return os.path.join(directory, f"{job_id or 'nojob'}.{pid}.json")
+
+
+def write_fake_status(path, status):
+    """Publish a fake job's current reading (atomically: a reader sees the old or the new one)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(status, handle, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def read_fake_status(path):
+    """The reading a fake job published, or None (none yet, or gone)."""
+    if not path:
+        return None
+    try:
+        with open(path) as handle:
+            status = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, dict) else None
 
 
 @dataclass
@@ -186,27 +251,38 @@ class StandinBackend(GpuBackend):
     extra_processes: Dict[int, List[ProcessReading]] = field(default_factory=dict)
     proc_root: str = "/proc"
     name = "standin"
+    reuse_s: float = 0.05  # one look at /proc serves every GPU of one sample
 
     def device_count(self):
         return self.gpus
 
     def _fake_processes(self):
         """{gpu index: [ProcessReading]} from the fake GPU jobs' environments."""
+        now = time.monotonic()
+        cached = getattr(self, "_last_look", None)
+        if cached is not None and now - cached[0] < self.reuse_s:
+            return cached[1]
+        by_gpu = self._look()
+        self._last_look = (now, by_gpu)
+        return by_gpu
+
+    def _look(self):
         by_gpu = {}
         for pid in list_pids(self.proc_root):
             env = read_environ(pid, self.proc_root)
-            if not env or FAKE_UTIL_VAR not in env or "GPU_DEVICE_ORDINAL" not in env:
-                continue
-            if not procfs.is_ours(env, self.node, self.slurm_conf):
+            fake = fake_gpu_process(pid, env, self.node, self.slurm_conf)
+            if fake is None:
                 continue
             # A job's children inherit the variables; only the topmost carrier is "the" GPU process.
             parent_env = read_environ(parent_pid(pid, self.proc_root) or 0, self.proc_root)
             if parent_env and parent_env.get(FAKE_UTIL_VAR) is not None and \
                     parent_env.get("SLURM_JOB_ID") == env.get("SLURM_JOB_ID"):
                 continue
-            indices = procfs.parse_gpu_list(env["GPU_DEVICE_ORDINAL"])
-            util = _float(env.get(FAKE_UTIL_VAR))
-            mem = _float(env.get(FAKE_MEM_VAR))
+            indices = fake.gpus
+            util, mem = fake.util, fake.mem_mb
+            status = read_fake_status(fake.status_path)
+            if status is not None and _float(status.get("util")) is not None:
+                util = _float(status["util"])  # what the job shows now (slower when it shares)
             for index in indices:
                 # A multi-GPU process spreads its claimed memory; utilization is per GPU.
                 by_gpu.setdefault(index, []).append(

@@ -49,6 +49,19 @@ STEP_COLUMNS = (
 )
 
 
+_SOLO_WORD = re.compile(r"(?:^|[\s,;])solo_s=([0-9]+(?:\.[0-9]*)?)(?=$|[\s,;])")
+
+
+def declared_solo_s(comment):
+    """Seconds the job says it takes alone on its GPUs (``solo_s=N`` in its comment), or None.
+
+    A job that knows its work (a training run of N steps at its class's known solo speed, or the fake
+    jobs of ``horus replay``) may say so; the learning loop then measures its slowdown against its
+    own solo time instead of its class's median."""
+    match = _SOLO_WORD.search(comment or "")
+    return float(match.group(1)) if match else None
+
+
 def gres_from_tres(entries):
     """AllocTRES GRES entries [(name, type, count)] -> (gres string, n_gpus, shards, indices)."""
     parts, n_gpus, shards, indices = [], 0, 0, set()

@@ -1,12 +1,16 @@
 """The learning loop: co-location observations from history, and refitting the interference model.
 
 Observation rule (elapsed-time method). A job of class C that ran for T seconds, of which it shared
-its GPU for t2 seconds with jobs of one co-runner class K, and whose solo runs of class C took a
-median T_solo, progressed at speed 1 alone and at speed x while sharing:
+its GPU for t2 seconds with jobs of one co-runner class K, and that would have taken T_solo alone,
+progressed at speed 1 alone and at speed x while sharing:
 ``(T - t2) + x * t2 = T_solo``, so ``x = 1 - (T - T_solo) / t2``, the normalized throughput the
-interference model predicts (``slurm_horus.interference.base``). Only completed jobs count, only
-when every co-runner is of one class, and only when the shared part is at least MIN_SHARED_FRACTION
-of the run (a short overlap says little). The per-process utilization while sharing vs solo is kept
+interference model predicts (``slurm_horus.interference.base``). T_solo is the job's own solo time
+when it declares one (``solo_s=`` in its comment, ``collect/records.declared_solo_s``) plus the
+site's per-job overhead (the mean of elapsed minus declared over the declaring jobs that ran alone),
+else the median elapsed time of the solo runs of class C (right when a class's jobs do the same
+work). Only completed jobs count, only when every co-runner is of one class, and only when the
+shared part is at least MIN_SHARED_FRACTION of the run and MIN_SHARED_S long (a short overlap says
+little: sacct's times are whole seconds, so x is off by up to about 1 s / t2). The per-process utilization while sharing vs solo is kept
 alongside (``util_shared`` / ``util_solo``) as a second, independent sign of interference.
 
 Only what Slurm and the collector vouch for is learned from (issue 15): jobs for which sacct
@@ -25,11 +29,13 @@ import statistics
 import time
 from collections import defaultdict
 
+from ..collect.records import declared_solo_s
 from ..store.db import transaction
 from ..store.models import load_model, save_model
 from ..store.queries import co_runs, holds_gpus, jobs_since, sampled_gpus
 
 MIN_SHARED_FRACTION = 0.2
+MIN_SHARED_S = 10
 MIN_NORM_TPUT = 0.02
 OUTLIER_MADS = 3.0  # an observation further than this many (scaled) MADs from its pair's median ...
 OUTLIER_MIN_GAP = 0.1  # ... and at least this far is an outlier (a pair needs 3 observations for it)
@@ -74,25 +80,31 @@ def derive_observations(db, default_gpu_type="v100", since=None, now=None):
         partners[a][b] = entry
         partners[b][a] = entry
     good = [j for j in jobs if j["state"] == "COMPLETED" and j["job_class"] and j["elapsed_s"]]
-    solo, solo_util = defaultdict(list), defaultdict(list)
+    declared = {j["job_id"]: declared_solo_s(j.get("comment")) for j in good}
+    solo, solo_util, overheads = defaultdict(list), defaultdict(list), []
     for job in good:
         if job["job_id"] not in partners:
             solo[job["job_class"]].append(job["elapsed_s"])
+            if declared[job["job_id"]] is not None:
+                overheads.append(job["elapsed_s"] - declared[job["job_id"]])
             util = _mean_util(db, job["job_id"], False)
             if util is not None:
                 solo_util[job["job_class"]].append(util)
+    overhead = statistics.mean(overheads) if overheads else 0.0
     node_types = _gpu_types_by_node(db, default_gpu_type)
     rows = []
     for job in good:
         mine = partners.get(job["job_id"])
-        if not mine or job["job_class"] not in solo:
+        own = declared[job["job_id"]]
+        if not mine or (own is None and job["job_class"] not in solo):
             continue
         classes = {by_id[o]["job_class"] for o in mine}
         if len(classes) != 1 or None in classes:
             continue
-        total, solo_time = job["elapsed_s"], statistics.median(solo[job["job_class"]])
+        total = job["elapsed_s"]
+        solo_time = own + overhead if own is not None else statistics.median(solo[job["job_class"]])
         shared = min(total, sum(entry["overlap_s"] for entry in mine.values()))
-        if shared < MIN_SHARED_FRACTION * total:
+        if shared < MIN_SHARED_FRACTION * total or shared < MIN_SHARED_S:
             continue
         norm = 1.0 - (total - solo_time) / shared
         norm = max(MIN_NORM_TPUT, min(1.0, norm))

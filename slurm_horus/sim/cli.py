@@ -68,7 +68,12 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
                 cell += f" ({summary[key] / base[key]:.2f}x)"
             row.append(cell)
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return text_table(rows)
+
+
+def text_table(rows) -> str:
+    """Rows of strings (the first one the header) as aligned columns under a rule."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -161,6 +166,22 @@ def _ratios(summaries: dict) -> dict:
         return {}
     keys = ("makespan", "mean_jct", "p99_jct", "mean_queueing_delay", "effective_utilization")
     return {name: {k: (s[k] / base[k] if base[k] else None) for k in keys} for name, s in summaries.items()}
+
+
+@click.command("fake-job", context_settings={"ignore_unknown_options": False})
+@click.option("--work", "work_s", required=True, type=float, help="seconds of work alone on the GPU")
+@click.option("--class", "job_class", default=None, help="job class it emulates (default: $HORUS_FAKE_CLASS)")
+@click.option("--truth", default="gavel:v100", show_default=True,
+              help="how jobs slow each other down: gavel:<gpu> | observations.csv | none | infeasible")
+@click.option("--gpu-type", default=None, help="GPU type of the truth to use (default: the truth's)")
+@click.option("--util", type=float, default=None, help="SM utilization it shows alone (default: by model family)")
+@click.option("--period", "period_s", type=float, default=0.1, show_default=True,
+              help="seconds between two looks at who shares its GPU (at most 0.2)")
+def fake_job(work_s, job_class, truth, gpu_type, util, period_s):
+    """Payload of a fake GPU job: W seconds of work, slowed down by whoever shares its fake GPU."""
+    from .fakejob import run_fake_job
+
+    return run_fake_job(work_s, job_class, truth, gpu_type, util, period_s, argv=sys.argv[1:])
 
 
 def _gpu_memory(items) -> dict:

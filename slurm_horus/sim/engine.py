@@ -26,17 +26,20 @@ from ..placement.state import ClusterState
 from .traces import TraceJob
 from .truth import Truth
 
-FINISH, ARRIVAL = 0, 1  # at equal times completions go first: capacity frees before arrivals look
+FINISH, ARRIVAL, CYCLE = 0, 1, 2  # at equal times completions go first: capacity frees before arrivals look
 BAD_PAIR = 0.85
 
 
-def trace_request(t: TraceJob, width: int) -> JobRequest:
+def trace_request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequest:
     """The JobRequest of a trace job: as few nodes as possible unless the trace says; a stated
-    fraction of a GPU (``gpu_milli`` < 1000) becomes ``gpu_units``, stated whole GPUs are exclusive."""
+    fraction of a GPU (``gpu_milli`` < 1000) becomes ``gpu_units``, stated whole GPUs are exclusive.
+    ``durations``: "oracle" tells the policy the true duration, "limit" only the time limit."""
+    predicted = t.duration if durations == "oracle" else None
     n = t.num_gpus
     if n == 0:
         return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=0, nodes=1, partition=t.partition,
-                          predicted_duration=t.duration, user=t.user, submit_time=t.submit_time,
+                          time_limit=t.time_limit, predicted_duration=predicted, user=t.user,
+                          submit_time=t.submit_time,
                           cpu_milli=t.cpu_milli, memory_mib=t.memory_mib)
     gpn = t.gpus_per_node
     if not gpn:
@@ -49,8 +52,8 @@ def trace_request(t: TraceJob, width: int) -> JobRequest:
             gpn = n // nodes
     fraction = t.gpu_milli if n == 1 and 0 < t.gpu_milli < 1000 else 0
     return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
-                      mem_mb=t.mem_mb, partition=t.partition, predicted_duration=t.duration,
-                      user=t.user, submit_time=t.submit_time,
+                      mem_mb=t.mem_mb, partition=t.partition, time_limit=t.time_limit,
+                      predicted_duration=predicted, user=t.user, submit_time=t.submit_time,
                       extra_partitions=("infer",) if t.partition == "train" else (),
                       exclusive=t.gpu_milli >= 1000, gpu_units=fraction, cpu_milli=t.cpu_milli,
                       memory_mib=t.memory_mib, gpu_types=tuple(t.gpu_types))
@@ -93,6 +96,18 @@ class SimOptions:
     queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
     max_timeline: int = 600  # points kept for the utilization plot
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+    # what policies are told of a job's run time: "oracle" (the trace's true duration) or "limit"
+    # (only its time limit, which is what horusd knows today; a trace carries none, so none)
+    durations: str = "oracle"
+    # seconds from a job's end to the scheduling cycle that hands its GPUs on: 0 is an ideal scheduler.
+    # A live one starts the next job later (Slurm's next scheduling pass, horusd's next look at the
+    # queue, then Slurm starting the job): ``horus replay`` tells the simulator its live cadence
+    # (replay/run.py LIVE_CADENCE), negligible at real speed, 100-200 s of trace time at speedup 200.
+    # An arrival is decided at once (sbatch asks job_submit.lua and horusd, Slurm schedules at submit).
+    end_to_cycle_s: float = 0.0
+    # seconds a started job holds its GPUs beyond its work (Slurm launching the batch script, recording
+    # its end): 0 ideally; the replay's live cadence too (0.2 s of wall time per job on the local cluster)
+    launch_s: float = 0.0
 
 
 @dataclass
@@ -119,7 +134,7 @@ class Simulator:
         self.options = options or SimOptions()
         self.progress = progress
         width = state.node_gpu_table.shape[1]
-        self.jobs = [SimJob(i, t, self._request(t, width)) for i, t in enumerate(trace)]
+        self.jobs = [SimJob(i, t, self._request(t, width, self.options.durations)) for i, t in enumerate(trace)]
         seen = set()
         for job in self.jobs:  # the queue and the cluster state key jobs by id: make ids unique
             if job.req.job_id in seen:
@@ -141,8 +156,8 @@ class Simulator:
         self.may_reclaim = may_reclaim(policy)
 
     @staticmethod
-    def _request(t: TraceJob, width: int) -> JobRequest:
-        return trace_request(t, width)
+    def _request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequest:
+        return trace_request(t, width, durations)
 
     # ---- event plumbing -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int, version: int = 0):
@@ -171,9 +186,14 @@ class Simulator:
                 if kind == ARRIVAL:
                     self._enqueue(job)
                     changed = True
+                elif kind == CYCLE:
+                    changed = True
                 elif job.running and version == job.version:
                     self._finish(job)
-                    changed = True
+                    if self.options.end_to_cycle_s > 0:
+                        self._push(t + self.options.end_to_cycle_s, CYCLE, idx)
+                    else:
+                        changed = True
             if changed and self.queue:
                 self._schedule()
             self.timeline.append((self.now, self.state.busy_gpus(), self.work_rate))
@@ -230,6 +250,7 @@ class Simulator:
         job.factor = 1.0 if not gpus else self.truth.job_factor(job.req.job_class, cls, state.gpu_type_of(gpus[0]), len(gpus),
                                            len(decision.nodes), state.node_gpu_table.shape[1])
         self.running_by_id[job.req.job_id] = job
+        job.work += self.options.launch_s
         job.running = True
         job.last = self.now
         job.rate = 0.0

@@ -1,36 +1,66 @@
-"""Metrics of a simulation run (all times in seconds)."""
+"""Metrics of a run (all times in seconds): one place computes makespan, JCT and the rest, for the
+simulator's runs and for the live runs of ``horus replay`` (read from sacct) alike."""
 
 import csv
-from typing import Dict, List
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from .engine import SimResult
 
 SUMMARY_KEYS = ("makespan", "mean_jct", "median_jct", "p99_jct", "mean_queueing_delay",
-                "gpu_allocation_ratio", "effective_utilization", "mean_shared_slowdown", "bad_pair_share",
-                "oom_events", "preemptions", "jobs", "unfinished")
+                "gpu_allocation_ratio", "effective_utilization", "shared_share", "mean_shared_slowdown",
+                "bad_pair_share", "oom_events", "preemptions", "jobs", "unfinished")
+
+
+@dataclass
+class JobTimes:
+    """One job of a run, as the metrics need it (a simulated job or one read back from sacct)."""
+
+    submit: float
+    start: Optional[float]  # first start
+    end: Optional[float]  # None: never finished
+    duration: float  # its work alone (the trace's duration), seconds
+    n_gpus: int = 1
+    run_time: float = 0.0  # time it held GPUs, all attempts
+    shared_time: float = 0.0  # of which another job was on one of its GPUs
+    bad_time: float = 0.0  # of which it ran at a true normalized throughput < 0.85
+
+
+def job_times(result: SimResult) -> List[JobTimes]:
+    return [JobTimes(j.trace.submit_time, j.first_start, j.end, j.trace.duration, j.req.n_gpus, j.run_time,
+                     j.shared_time if j.ever_shared else 0.0, j.bad_time) for j in result.jobs]
 
 
 def summarize(result: SimResult) -> Dict[str, float]:
+    """The figures of a simulated run (see :func:`summarize_jobs`)."""
+    return summarize_jobs(job_times(result), result.n_gpus, result.start_time, result.busy_gpu_time,
+                          result.oom_events, result.preemptions)
+
+
+def summarize_jobs(jobs: Sequence[JobTimes], n_gpus: int, start_time: float, busy_gpu_time: float,
+                   oom_events: int = 0, preemptions: int = 0) -> Dict[str, float]:
     """Makespan, JCT statistics, queueing delay, allocation and effective utilization, sharing quality.
 
     ``effective_utilization`` = useful work (solo GPU-seconds of the finished jobs) / (GPUs ×
     makespan): 1.0 is a cluster doing one job's worth of work per GPU all the time; sharing can
-    exceed 1. ``gpu_allocation_ratio`` = allocated GPU-time / (GPUs × makespan).
-    ``bad_pair_share`` = job-time spent shared at a true normalized throughput < 0.85 / job-time.
+    exceed 1. ``gpu_allocation_ratio`` = allocated GPU-time (``busy_gpu_time``: GPU-seconds with at
+    least one job) / (GPUs × makespan). ``shared_share`` = job-time spent with another job on one of
+    its GPUs / job-time. ``bad_pair_share`` = job-time spent shared at a true normalized throughput
+    < 0.85 / job-time.
     """
-    done = [j for j in result.jobs if j.end is not None]
+    done = [j for j in jobs if j.end is not None]
     if not done:
-        return {k: 0.0 for k in SUMMARY_KEYS} | {"jobs": len(result.jobs), "unfinished": len(result.jobs)}
-    submit = np.array([j.trace.submit_time for j in done])
+        return {k: 0.0 for k in SUMMARY_KEYS} | {"jobs": len(jobs), "unfinished": len(jobs)}
+    submit = np.array([j.submit for j in done])
     end = np.array([j.end for j in done])
-    first = np.array([j.first_start for j in done])
+    first = np.array([j.start for j in done])
     jct = end - submit
-    makespan = float(end.max() - result.start_time)
-    work = float(sum(j.trace.duration * j.req.n_gpus for j in done))
-    capacity = result.n_gpus * makespan if makespan > 0 else 1.0
-    shared = [j for j in done if j.ever_shared and j.trace.duration > 0]
+    makespan = float(end.max() - start_time)
+    work = float(sum(j.duration * j.n_gpus for j in done))
+    capacity = n_gpus * makespan if makespan > 0 else 1.0
+    shared = [j for j in done if j.shared_time > 0 and j.duration > 0]
     run_time = float(sum(j.run_time for j in done))
     return {
         "makespan": makespan,
@@ -38,14 +68,15 @@ def summarize(result: SimResult) -> Dict[str, float]:
         "median_jct": float(np.median(jct)),
         "p99_jct": float(np.percentile(jct, 99)),
         "mean_queueing_delay": float((first - submit).mean()),
-        "gpu_allocation_ratio": result.busy_gpu_time / capacity,
+        "gpu_allocation_ratio": busy_gpu_time / capacity,
         "effective_utilization": work / capacity,
-        "mean_shared_slowdown": float(np.mean([j.run_time / j.trace.duration for j in shared])) if shared else 1.0,
+        "shared_share": float(sum(j.shared_time for j in done) / run_time) if run_time > 0 else 0.0,
+        "mean_shared_slowdown": float(np.mean([j.run_time / j.duration for j in shared])) if shared else 1.0,
         "bad_pair_share": float(sum(j.bad_time for j in done) / run_time) if run_time > 0 else 0.0,
-        "oom_events": int(result.oom_events),
-        "preemptions": int(result.preemptions),
-        "jobs": len(result.jobs),
-        "unfinished": len(result.jobs) - len(done),
+        "oom_events": int(oom_events),
+        "preemptions": int(preemptions),
+        "jobs": len(jobs),
+        "unfinished": len(jobs) - len(done),
     }
 
 

@@ -13,12 +13,17 @@ from ..report.svg import line_chart
 TEMPLATE = "sim_report.html.j2"
 
 
-def jct_cdf(result: SimResult, points: int = 200):
-    jct = np.sort([j.end - j.trace.submit_time for j in result.jobs if j.end is not None])
+def cdf_points(seconds, points: int = 200):
+    """(hours, fraction of jobs) points of the distribution of ``seconds`` (job completion times)."""
+    jct = np.sort(list(seconds))
     if len(jct) == 0:
         return []
     picks = np.unique(np.linspace(0, len(jct) - 1, min(points, len(jct))).astype(int))
     return [(float(jct[i]) / 3600.0, (i + 1) / len(jct)) for i in picks]
+
+
+def jct_cdf(result: SimResult, points: int = 200):
+    return cdf_points((j.end - j.trace.submit_time for j in result.jobs if j.end is not None), points)
 
 
 def utilization_series(result: SimResult):

@@ -33,7 +33,7 @@ def parse_indices(text):
 
 JOB_FIELDS = ("cluster", "job_id", "name", "user", "account", "partition", "state", "exit_code",
               "start_time", "end_time", "elapsed_s", "nodes", "n_gpus", "shards", "gres_alloc",
-              "gpu_indices", "job_class", "horus_id", "horus_tokens", "submit_time")
+              "gpu_indices", "job_class", "horus_id", "horus_tokens", "submit_time", "comment")
 
 
 def jobs_since(db, since=None, until=None, where="", params=(), fields=JOB_FIELDS):
