@@ -36,11 +36,11 @@ def constant_truth(value):
     return Truth([], classes=CLASSES, constant=value, name=str(value))
 
 
-def simulate_all(truth, policies, trace=None, groups=None, knows_truth=True, seed=0):
+def simulate_all(truth, policies, trace=None, groups=None, knows_truth=True, seed=0, options=None):
     groups = groups or [NodeGroup(2, 2, "v100", 16384.0)]
     factory = (lambda kind: TruthPredictor(truth)) if knows_truth else None
     results = run_policies(trace or make_trace(), groups, truth, policies, seed=seed, holdout=False,
-                           predictor_factory=factory)
+                           predictor_factory=factory, options=options)
     return {r.policy: (r, summarize(r)) for r in results}
 
 
@@ -54,9 +54,13 @@ def test_no_interference_sharing_never_loses_to_exclusive():
 
 def test_all_infeasible_truth_makes_sharing_policies_exclusive():
     # horus's makespan guard reorders the queue, so its exclusive twin is itself without the guard
+    # (the oracle knows the true durations: its twin is sjf told them too)
     twins = {k: v for k, v in EXCLUSIVE_TWIN.items() if k not in ("horus", "oracle")}
-    twins.update({"horus/guard=0": "sjf", "oracle/guard=0": "sjf"})
+    twins.update({"horus/guard=0": "sjf"})
     out = simulate_all(constant_truth(0.0), list(twins) + ["sjf", "slurm-default", "horus"])
+    told = simulate_all(constant_truth(0.0), ["oracle/guard=0", "sjf"], options=SimOptions(durations="oracle"))
+    out["oracle/guard=0"], out["sjf (oracle durations)"] = told["oracle/guard=0"], told["sjf"]
+    twins["oracle/guard=0"] = "sjf (oracle durations)"
     assert all(j.shared_time == 0 for j in out["horus"][0].jobs)
     for sharing, exclusive in twins.items():
         mine = sorted((j.req.job_id, j.first_start, j.end) for j in out[sharing][0].jobs)

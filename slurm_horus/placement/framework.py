@@ -67,6 +67,8 @@ class Policy:
     # whether a decision depends on the job's predicted duration (not only its class and shape):
     # callers may reuse a "does not fit" answer for an identical request while nothing changed
     uses_duration = False
+    # the simulator's reference: reads the true durations (and its pair table is the truth)
+    perfect_knowledge = False
 
     def __init__(self, pairs: Optional[PairTable] = None, **options):
         self.pairs = pairs

@@ -11,7 +11,8 @@ from ..errors import InputError
 DEFAULT_POLICIES = "slurm-default,sjf,sjf-ffs,sjf-bsbf,horus-util,iasp-iapp,oracle,horus"
 TABLE_KEYS = (("makespan", "makespan"), ("mean_jct", "mean JCT"), ("p99_jct", "p99 JCT"),
               ("mean_queueing_delay", "mean wait"), ("effective_utilization", "eff.util"),
-              ("bad_pair_share", "bad pairs"), ("oom_events", "OOM"))
+              ("bad_pair_share", "bad pairs"), ("oom_events", "OOM"), ("duration_mare", "dur.err"))
+NO_RATIO = ("oom_events", "bad_pair_share", "duration_mare")
 
 
 class _Progress:
@@ -34,7 +35,9 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _fmt(key: str, value: float) -> str:
+def _fmt(key: str, value: float, summary: dict) -> str:
+    if key == "duration_mare":
+        return "exact" if summary.get("durations") == "oracle" else f"{value:.2f}"
     if key in ("effective_utilization", "bad_pair_share"):
         return f"{value:.3f}"
     if key == "oom_events":
@@ -50,8 +53,8 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
     for name, summary in summaries.items():
         row = [name]
         for key, _ in TABLE_KEYS:
-            cell = _fmt(key, summary[key])
-            if base is not None and name != baseline and key not in ("oom_events", "bad_pair_share") and base[key]:
+            cell = _fmt(key, summary[key], summary)
+            if base is not None and name != baseline and key not in NO_RATIO and base[key]:
                 cell += f" ({summary[key] / base[key]:.2f}x)"
             row.append(cell)
         rows.append(row)
@@ -78,18 +81,35 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
 @click.option("--single-gpu", is_flag=True, help="keep only 1-GPU jobs")
 @click.option("--holdout/--no-holdout", default=True, show_default=True,
               help="hide the truth GPU's measured pairs from the policies' priors")
+@click.option("--durations", default="estimated", show_default=True, type=click.Choice(["estimated", "oracle"]),
+              help="what policies know of run times: the duration estimator's answer (learned from the jobs "
+                   "finished earlier in the run, capped by the time limit) or the trace's true durations; "
+                   "the oracle policy always knows them")
+@click.option("--time-limit", default=None, type=float,
+              help="time limit (s) of jobs whose trace gives none, as a partition's DefaultTime "
+                   "(caps the estimates; not enforced)")
+@click.option("--default-duration", default=3600.0, show_default=True, type=float,
+              help="estimate (s) for a job with no time limit before any job has finished")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
 @click.option("--jobs-csv", default=None, type=click.Path(dir_okay=False), help="per-job CSV")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: if a tty)")
 def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
-             single_gpu, holdout, json_out, jobs_csv, report, progress):
+             single_gpu, holdout, durations, time_limit, default_duration, json_out, jobs_csv, report, progress):
     """Replay a trace through several placement policies on one simulated cluster."""
+    from ..placement.duration import DurationSettings
+    from .engine import SimOptions
     from .metrics import summarize, write_jobs_csv
     from .run import parse_cluster, run_policies
     from .traces import read_trace
     from .truth import load_truth
 
+    if time_limit is not None and not time_limit > 0:
+        raise InputError("--time-limit must be positive")
+    if not default_duration > 0:
+        raise InputError("--default-duration must be positive")
+    settings = DurationSettings(default_duration=default_duration)
+    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster)
     gpu_type = groups[0].gpu_type
@@ -104,11 +124,13 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
     names = [p.strip() for p in policies.split(",") if p.strip()]
     bar = _Progress(sys.stderr.isatty() if progress is None else progress)
     results = run_policies(jobs, groups, truth_model, names, seed=seed, load=load, holdout=holdout,
-                           profiles_path=profiles, progress=bar)
+                           profiles_path=profiles, progress=bar, options=options)
     summaries = {r.policy: summarize(r) for r in results}
     click.echo(comparison_table(summaries))
+    knowledge = duration_knowledge(options, settings, jobs, summaries)
+    click.echo(knowledge["line"])
     payload = {"policies": summaries, "trace": str(trace_path), "cluster": cluster, "truth": truth,
-               "seed": seed, "load": load, "jobs": len(jobs),
+               "seed": seed, "load": load, "jobs": len(jobs), "durations": knowledge,
                "ratios_to_slurm_default": _ratios(summaries)}
     if json_out:
         with open(json_out, "w") as handle:
@@ -118,6 +140,31 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
     if report:
         from .report import write_report
         write_report(report, payload, results)
+
+
+def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
+    """What the policies knew of durations, said in the output (JSON and one line under the table)."""
+    with_limit = sum(1 for j in jobs if j.time_limit)
+    if with_limit == len(jobs):
+        limits = "every job has a time limit in the trace"
+    else:
+        missing = f"{len(jobs) - with_limit} of {len(jobs)} jobs have no time limit in the trace"
+        limits = (f"{missing}: they get --time-limit {options.time_limit:g} s" if options.time_limit
+                  else f"{missing}: no cap; before any history they are estimated at "
+                       f"{settings.default_duration:g} s (--default-duration)")
+    errors = next((s["estimator"] for s in summaries.values() if s.get("durations") == "estimated"), None) \
+        or next((s["estimator"] for s in summaries.values()), {})
+    oracles = sorted(n for n, s in summaries.items() if s.get("durations") == "oracle")
+    mare = errors.get("mare")
+    line = (f"durations: {options.durations}"
+            + ("" if options.durations == "oracle" else f" ({settings.describe()})")
+            + f"; {limits}"
+            + (f"; estimator's median abs. relative error {mare:.2f}, rank correlation "
+               f"{errors.get('rank_corr') or 0:.2f}" if mare is not None else "")
+            + (f"; true durations: {', '.join(oracles)}" if oracles else ""))
+    return {"mode": options.durations, "rule": settings.describe(), "time_limits": limits,
+            "default_time_limit": options.time_limit, "default_duration": settings.default_duration,
+            "true_durations": oracles, "estimator_error": errors, "line": line}
 
 
 def _ratios(summaries: dict) -> dict:

@@ -5,7 +5,12 @@ running job progresses at its **true** normalized throughput for its co-runner s
 its slowest GPU); when a set changes, the affected jobs' remaining work is settled and their
 completion events are re-issued (stale ones are skipped by a version number). The policy decides
 from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
-when the pair ends, the way the live service learns from finished jobs. A co-location the truth
+when the pair ends, the way the live service learns from finished jobs. Durations likewise: by
+default (``durations="estimated"``) a job's ``predicted_duration`` is what the duration estimator of
+the placement core (``placement/duration.py``) says when the job is queued, from the run times of the
+jobs that finished earlier in the run (as horusd learns from sacct) and the job's time limit; the
+trace's true durations only with ``durations="oracle"``, and always for a policy with
+``perfect_knowledge`` (the ``oracle`` reference). A co-location the truth
 says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is requeued after
 ``oom_penalty`` seconds and both directions of the pair are reported to the policy.
 """
@@ -19,6 +24,7 @@ import numpy as np
 
 from ..placement import JobRequest
 from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
+from ..placement.duration import DurationEstimate, DurationEstimator, DurationSettings, estimate_errors
 from ..placement.framework import Policy
 from ..placement.state import ClusterState
 from .traces import TraceJob
@@ -31,7 +37,7 @@ BAD_PAIR = 0.85
 class SimJob:
     __slots__ = ("idx", "trace", "req", "work", "rate", "last", "version", "running", "first_start", "end",
                  "run_time", "shared_time", "bad_time", "ooms", "preemptions", "shared", "pair", "pair_since",
-                 "gpu_types", "ever_shared")
+                 "gpu_types", "ever_shared", "estimate")
 
     def __init__(self, idx: int, trace: TraceJob, req: JobRequest):
         self.idx = idx
@@ -54,6 +60,10 @@ class SimJob:
         self.pair = None  # (gpu_type, corunner class) while sharing one GPU with one job
         self.pair_since = 0.0
         self.gpu_types = ()
+        self.estimate: Optional[DurationEstimate] = None  # the estimator's answer at first arrival
+
+
+DURATION_MODES = ("estimated", "oracle")
 
 
 @dataclass
@@ -63,6 +73,9 @@ class SimOptions:
     queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
     max_timeline: int = 600  # points kept for the utilization plot
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+    durations: str = "estimated"  # what policies know of durations: "estimated" or "oracle" (the trace's)
+    time_limit: Optional[float] = None  # seconds; the limit of jobs whose trace gives none (DefaultTime)
+    duration_settings: Optional[DurationSettings] = None  # the estimator's settings (None: defaults)
 
 
 @dataclass
@@ -76,6 +89,8 @@ class SimResult:
     preemptions: int
     observations: int
     start_time: float
+    durations: str = "estimated"  # what this policy knew: "estimated" or "oracle"
+    duration_errors: Optional[dict] = None  # the estimator's error (estimate_errors), at first arrival
 
 
 class Simulator:
@@ -87,9 +102,16 @@ class Simulator:
         self.truth = truth
         self.policy = policy
         self.options = options or SimOptions()
+        if self.options.durations not in DURATION_MODES:
+            raise ValueError(f"durations must be one of {', '.join(DURATION_MODES)}")
         self.progress = progress
+        # the oracle reference knows everything, whatever the others are told
+        self.true_durations = self.options.durations == "oracle" or policy.perfect_knowledge
+        # run even when durations are true: its error is reported either way
+        self.estimator = DurationEstimator(self.options.duration_settings)
         width = state.node_gpu_table.shape[1]
-        self.jobs = [SimJob(i, t, self._request(t, width)) for i, t in enumerate(trace)]
+        self.jobs = [SimJob(i, t, self._request(t, width, self.options.time_limit, self.true_durations))
+                     for i, t in enumerate(trace)]
         seen = set()
         for job in self.jobs:  # the queue and the cluster state key jobs by id: make ids unique
             if job.req.job_id in seen:
@@ -111,7 +133,8 @@ class Simulator:
         self.may_reclaim = may_reclaim(policy)
 
     @staticmethod
-    def _request(t: TraceJob, width: int) -> JobRequest:
+    def _request(t: TraceJob, width: int, default_limit: Optional[float] = None,
+                 true_duration: bool = False) -> JobRequest:
         n = t.num_gpus
         gpn = t.gpus_per_node
         if not gpn:
@@ -123,7 +146,9 @@ class Simulator:
                     nodes += 1
                 gpn = n // nodes
         return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
-                          mem_mb=t.mem_mb, partition=t.partition, predicted_duration=t.duration,
+                          mem_mb=t.mem_mb, partition=t.partition,
+                          time_limit=t.time_limit if t.time_limit else default_limit,
+                          predicted_duration=t.duration if true_duration else None,
                           user=t.user, submit_time=t.submit_time,
                           extra_partitions=("infer",) if t.partition == "train" else ())
 
@@ -165,12 +190,19 @@ class Simulator:
                 next_report = self.done + max(1, total // 200)
         if self.progress:
             self.progress(self.done, total)
+        estimated = [j for j in self.jobs if j.estimate is not None]
+        errors = estimate_errors([j.estimate for j in estimated], [j.trace.duration for j in estimated])
         return SimResult(self.policy.name, self.jobs, self.state.n_gpus, self.busy_gpu_time,
                          _thin(self.timeline, self.options.max_timeline), self.oom_events, self.preemptions,
-                         self.n_observations, start)
+                         self.n_observations, start, "oracle" if self.true_durations else "estimated", errors)
 
     # ---- queue ----------------------------------------------------------------------------------
     def _enqueue(self, job: SimJob):
+        estimate = self.estimator.estimate_request(job.req)
+        if job.estimate is None:
+            job.estimate = estimate
+        if not self.true_durations:
+            job.req.predicted_duration = estimate.seconds  # never while queued: the queue keys on it
         self.queue.add(job.req)
 
     def _schedule(self):
@@ -307,6 +339,8 @@ class Simulator:
         job.work = 0.0
         job.end = self.now
         self.done += 1
+        # what sacct tells a live site: how long it ran (slowed down when it shared)
+        self.estimator.observe(job.req.user, job.req.job_class, job.run_time)
         self._refresh(others)
 
     def _preempt(self, job: SimJob):

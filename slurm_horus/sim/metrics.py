@@ -9,7 +9,7 @@ from .engine import SimResult
 
 SUMMARY_KEYS = ("makespan", "mean_jct", "median_jct", "p99_jct", "mean_queueing_delay",
                 "gpu_allocation_ratio", "effective_utilization", "mean_shared_slowdown", "bad_pair_share",
-                "oom_events", "preemptions", "jobs", "unfinished")
+                "oom_events", "preemptions", "jobs", "unfinished", "durations", "duration_mare", "estimator")
 
 
 def summarize(result: SimResult) -> Dict[str, float]:
@@ -19,10 +19,16 @@ def summarize(result: SimResult) -> Dict[str, float]:
     makespan): 1.0 is a cluster doing one job's worth of work per GPU all the time; sharing can
     exceed 1. ``gpu_allocation_ratio`` = allocated GPU-time / (GPUs × makespan).
     ``bad_pair_share`` = job-time spent shared at a true normalized throughput < 0.85 / job-time.
+    ``durations``: what the policy knew of durations ("estimated" or "oracle"); ``duration_mare``: the
+    median absolute relative error of the durations it used (0 with oracle durations);
+    ``estimator``: the duration estimator's error figures (``estimate_errors``), reported even when
+    the policy used the true durations.
     """
     done = [j for j in result.jobs if j.end is not None]
+    knowledge = _knowledge(result)
     if not done:
-        return {k: 0.0 for k in SUMMARY_KEYS} | {"jobs": len(result.jobs), "unfinished": len(result.jobs)}
+        return {k: 0.0 for k in SUMMARY_KEYS} | knowledge | {"jobs": len(result.jobs),
+                                                              "unfinished": len(result.jobs)}
     submit = np.array([j.trace.submit_time for j in done])
     end = np.array([j.end for j in done])
     first = np.array([j.first_start for j in done])
@@ -46,7 +52,13 @@ def summarize(result: SimResult) -> Dict[str, float]:
         "preemptions": int(result.preemptions),
         "jobs": len(result.jobs),
         "unfinished": len(result.jobs) - len(done),
-    }
+    } | knowledge
+
+
+def _knowledge(result: SimResult) -> dict:
+    errors = result.duration_errors or {}
+    mare = 0.0 if result.durations == "oracle" else errors.get("mare", 0.0)
+    return {"durations": result.durations, "duration_mare": mare, "estimator": errors}
 
 
 def jct_by_kind(result: SimResult, kind: str) -> float:
@@ -55,8 +67,8 @@ def jct_by_kind(result: SimResult, kind: str) -> float:
 
 
 JOB_COLUMNS = ("policy", "job_id", "job_class", "kind", "num_gpus", "submit_time", "start_time", "end_time",
-               "jct", "queueing_delay", "duration", "run_time", "shared_time", "bad_pair_time", "ooms",
-               "preemptions")
+               "jct", "queueing_delay", "duration", "estimated_duration", "estimate_source", "run_time",
+               "shared_time", "bad_pair_time", "ooms", "preemptions")
 
 
 def job_rows(result: SimResult) -> List[dict]:
@@ -67,7 +79,9 @@ def job_rows(result: SimResult) -> List[dict]:
             "num_gpus": j.req.n_gpus, "submit_time": j.trace.submit_time, "start_time": j.first_start,
             "end_time": j.end, "jct": None if j.end is None else j.end - j.trace.submit_time,
             "queueing_delay": None if j.first_start is None else j.first_start - j.trace.submit_time,
-            "duration": j.trace.duration, "run_time": j.run_time, "shared_time": j.shared_time,
+            "duration": j.trace.duration,
+            "estimated_duration": j.estimate.seconds if j.estimate is not None else None,
+            "estimate_source": j.estimate.source if j.estimate is not None else None, "run_time": j.run_time, "shared_time": j.shared_time,
             "bad_pair_time": j.bad_time, "ooms": j.ooms, "preemptions": j.preemptions})
     return rows
 

@@ -4,7 +4,8 @@ A TraceJob's ``duration`` is its run time alone on its GPUs (seconds): the work 
 get done. Formats (``--trace-format``; ``auto`` guesses from the header / extension):
 
 * ``generic``: CSV with a header; required ``submit_time`` (s), ``duration`` (s), ``num_gpus``;
-  optional ``job_id``, ``job_class``, ``gpus_per_node``, ``partition``, ``user``, ``mem_mb``.
+  optional ``job_id``, ``job_class``, ``gpus_per_node``, ``partition``, ``user``, ``mem_mb``,
+  ``time_limit`` (s; empty or 0: none).
 * ``philly``: Pollux's ``philly.csv`` (``timestamp,duration,num_gpus,gpu_time,cluster``); the submit
   time is the timestamp minus the earliest one; the virtual cluster becomes the user.
 * ``gavel``: Gavel's tab-separated traces, 7 fields (job_type, command, num_steps_arg,
@@ -48,6 +49,7 @@ class TraceJob:
     partition: str = ""
     user: str = ""
     mem_mb: float = 0.0
+    time_limit: Optional[float] = None  # seconds, when the trace gives one (what a live site knows)
     kind: str = "train"  # or "infer"
     gpu_fraction: float = 1.0
     source: str = ""  # file:line, for error messages
@@ -104,12 +106,15 @@ def read_generic(path, **_) -> List[TraceJob]:
         gpn = int(float(row.get("gpus_per_node") or 0))
         if gpn and num_gpus % gpn:
             raise _bad(path, line, f"num_gpus={num_gpus} is not a multiple of gpus_per_node={gpn}")
+        limit = None
+        if (row.get("time_limit") or "").strip():
+            limit = _number(path, line, row, "time_limit", minimum=0.0) or None
         jobs.append(TraceJob(
             job_id=(row.get("job_id") or "").strip() or f"job{len(jobs)}",
             submit_time=_number(path, line, row, "submit_time", minimum=0.0), duration=duration,
             num_gpus=num_gpus, gpus_per_node=gpn, job_class=(row.get("job_class") or "").strip() or None,
             partition=(row.get("partition") or "").strip(), user=(row.get("user") or "").strip(),
-            mem_mb=float(row.get("mem_mb") or 0.0), source=f"{path}:{line}"))
+            mem_mb=float(row.get("mem_mb") or 0.0), time_limit=limit, source=f"{path}:{line}"))
     return jobs
 
 
