@@ -24,6 +24,7 @@ start a job says so, and the job stays queued.
 """
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -116,17 +117,26 @@ def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
                 ctx: SchedulingContext) -> List[JobRequest]:
     """The waiting jobs in the order this cycle asks about them: queue order, except that jobs
     reaching the policy's ``urgent_duration`` (the makespan guard) go first, longest first."""
-    order = list(queue)
-    if type(policy).urgent_duration is Policy.urgent_duration or not order:
-        return order
-    # the queue is in SJF order for policies with a guard, so the urgent jobs sit at its end
-    threshold = policy.urgent_duration(state, ctx)
-    k = len(order)
-    while k > 0 and order[k - 1].expected_duration() >= threshold:
-        k -= 1
-    if k < len(order):
-        order = order[k:][::-1] + order[:k]
-    return order
+    return [req for req in _walk(state, policy, queue, ctx) if req is not None]
+
+
+def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
+          ctx: SchedulingContext) -> Iterator[Optional[JobRequest]]:
+    """:func:`cycle_order`, lazily: a cycle asks about ``queue_depth`` jobs, not the whole queue.
+
+    The order is fixed now (a snapshot of the queue, the guard's threshold); a job that has left the
+    queue by the time the walk reaches it comes out as None.
+    """
+    keys = list(queue._keys)  # the cycle removes the jobs it starts: walk a snapshot
+    jobs = queue._jobs
+    k = len(keys)
+    if type(policy).urgent_duration is not Policy.urgent_duration and keys:
+        # the queue is in SJF order for policies with a guard, so the urgent jobs sit at its end
+        threshold = policy.urgent_duration(state, ctx)
+        while k > 0 and jobs[keys[k - 1][1]][1].expected_duration() >= threshold:
+            k -= 1
+    positions = itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))
+    return ((found[1] if found is not None else None) for found in (jobs.get(keys[i][1]) for i in positions))
 
 
 def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
@@ -148,7 +158,7 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
     if not queue or (not has_room(state, policy) and not reclaiming):
         return result
     ctx = SchedulingContext(now, len(queue), queue.gpus, queue.work)
-    order = cycle_order(state, policy, queue, ctx)
+    order = _walk(state, policy, queue, ctx)
     if policy.share:
         classes = state.classes
         ctx.extra["window"] = [classes.id(req.job_class) for req in queue.head(options.window)]
@@ -157,7 +167,7 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
     for req in order:
         if result.tried >= options.queue_depth:
             break
-        if req.job_id not in queue:
+        if req is None:
             continue  # a reclaim or the caller took it out meanwhile
         if not policy.share and req.n_gpus > state.n_free and not reclaiming:
             continue

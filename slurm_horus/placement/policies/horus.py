@@ -75,17 +75,21 @@ class Horus(Policy):
         if not busy and cycle.req.n_gpus <= cycle.state.n_free:
             cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
             return np.where(free, 1e9, NEG_INF)
+        if len(cycle.state.gpu_types) == 1:
+            score, ok = self._score_by_class(cycle)
+        else:
+            score, ok = self._score_per_gpu(cycle)
+        cycle.notes["reason"] = "pressure: best predicted pair"
+        if not free.any() and not ok.any():
+            cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
+        return score
+
+    def _score_per_gpu(self, cycle):
+        """The rule, one vector operation per step over the feasible GPUs (any mix of GPU types)."""
+        free = cycle.free
         jt, rt = cycle.job_tput, cycle.res_tput
         combined = jt + rt
-        threshold = self.min_combined
-        if self.min_combined_known != self.min_combined and len(cycle.state.gpu_types) == 1:
-            known = self.pairs.known(cycle.state.gpu_types[0])
-            c = cycle.class_id
-            # per resident class (trailing entry: free GPU), then one gather per GPU
-            by_class = np.append(np.where(known[c] & known[:, c], self.min_combined_known, self.min_combined),
-                                 self.min_combined)
-            threshold = by_class[cycle.resident]
-        ok = (combined >= threshold) & (jt >= self.min_tput) & (rt >= self.min_tput)
+        ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
@@ -102,29 +106,76 @@ class Horus(Policy):
         # among the pairs worth making, the job's own speed counts double: it is the job being
         # placed now (queue order put it first), the resident has been running already
         value = combined if self.score_rule == "combined" else jt + 0.5 * rt
-        score = np.where(free, self.free_score, np.where(ok, value, NEG_INF))
-        cycle.notes["reason"] = "pressure: best predicted pair"
-        if not free.any() and not ok.any():
-            cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
-        return score
+        return np.where(free, self.free_score, np.where(ok, value, NEG_INF)), ok
+
+    def _score_by_class(self, cycle):
+        """The same rule on one GPU type, where everything but the pair's benefit depends only on the
+        resident's class: each test is computed once per class (a short vector, the trailing entry
+        for a free GPU) and gathered per GPU; the benefit, which needs the resident's expected end,
+        is computed only on the GPUs whose class passes the rest."""
+        state = cycle.state
+        c = cycle.class_id
+        mat = self.pairs.matrix(state.gpu_types[0])
+        jt = np.append(mat[c], 1.0)
+        rt = np.append(mat[:, c], 1.0)
+        combined = jt + rt
+        threshold = self.min_combined
+        if self.min_combined_known != self.min_combined:
+            known = self.pairs.known(state.gpu_types[0])
+            threshold = np.append(np.where(known[c] & known[:, c], self.min_combined_known, self.min_combined),
+                                  self.min_combined)
+        both_fast = (jt >= self.min_tput) & (rt >= self.min_tput)
+        ok_c = (combined >= threshold) & both_fast
+        window = cycle.ctx.extra.get("window")
+        if window is not None and len(window):
+            ok_c &= combined >= self._partner_by_class(cycle, window) - self.partner_slack
+        bsbf_c = (combined >= 1.0) & both_fast if self.bsbf_gain > 0 else np.zeros(len(jt), dtype=bool)
+        bsbf_c[-1] = False  # a free GPU has no partner
+        resident = cycle.resident  # class id per feasible GPU, -1 (the trailing entry) when free
+        if self.require_benefit or self.bsbf_gain > 0:
+            need_c = (ok_c | bsbf_c) if self.require_benefit else bsbf_c & ~ok_c
+            need_c[-1] = False
+            ok = ok_c[resident] if not self.require_benefit else np.zeros(len(resident), dtype=bool)
+            pos = np.flatnonzero(need_c[resident])
+            if len(pos):
+                res = resident[pos]
+                e_a = cycle.req.expected_duration()
+                e_b = np.maximum(state.gpu_end0[cycle.idx[pos]] - cycle.ctx.now, 1.0)
+                gain = pair_benefit(e_a, e_b, jt[res], rt[res]) / (e_a + e_b)
+                sub = (ok_c[res] & (gain > 0)) if self.require_benefit else ok[pos]
+                if self.bsbf_gain > 0:
+                    sub |= (gain >= self.bsbf_gain) & bsbf_c[res]
+                ok[pos] = sub
+        else:
+            ok = ok_c[resident]
+        value = combined if self.score_rule == "combined" else jt + 0.5 * rt
+        value[-1] = self.free_score
+        free = cycle.free
+        return np.where(ok | free, value[resident], NEG_INF), ok
+
+    def _partner_by_class(self, cycle, window, gpu_type=None):
+        """Per resident class (trailing entry: a free GPU): the best combined throughput any waiting
+        job would reach with it (computed once per cycle and GPU type)."""
+        state = cycle.state
+        name = gpu_type or state.gpu_types[0]
+        cache = cycle.ctx.extra.setdefault("_best_partner", {})
+        mat = self.pairs.matrix(name)
+        best = cache.get(name)
+        if best is None or len(best) != len(mat) + 1:
+            w = np.asarray(window)
+            # trailing 0: a free GPU (resident -1) has no partner to keep it for
+            best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
+            cache[name] = best
+        return best
 
     def _best_partner(self, cycle, window):
         """Per feasible GPU: the best combined throughput any waiting job would reach there."""
         state = cycle.state
-        cache = cycle.ctx.extra.setdefault("_best_partner", {})
-        types = state.gpu_type_id[cycle.idx] if len(state.gpu_types) > 1 else None
+        if len(state.gpu_types) == 1:
+            return self._partner_by_class(cycle, window)[cycle.resident]
+        types = state.gpu_type_id[cycle.idx]
         out = np.zeros(len(cycle.idx))
-        for t in (np.unique(types) if types is not None else (0,)):
-            name = state.gpu_types[t]
-            mat = self.pairs.matrix(name)
-            best = cache.get(name)
-            if best is None or len(best) != len(mat) + 1:
-                w = np.asarray(window)
-                # trailing 0: a free GPU (resident -1) has no partner to keep it for
-                best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
-                cache[name] = best
-            if types is None:
-                return best[cycle.resident]
+        for t in np.unique(types):
             sel = types == t
-            out[sel] = best[cycle.resident[sel]]
+            out[sel] = self._partner_by_class(cycle, window, state.gpu_types[t])[cycle.resident[sel]]
         return out
