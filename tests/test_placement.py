@@ -312,3 +312,34 @@ def test_horus_never_pairs_two_long_jobs_that_lose_on_completion_time():
     assert not run(policy, state, JobRequest("long", "n", predicted_duration=10000.0),
                    n_waiting=3, waiting_gpus=3).placed
     assert run(policy, state, JobRequest("short", "n", predicted_duration=100.0), n_waiting=3, waiting_gpus=3).shared
+
+
+@pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0},
+                                     {"require_benefit": False, "bsbf_gain": 0.0}, {"score_rule": "combined"}])
+def test_horus_per_class_scoring_is_the_per_gpu_rule(options):
+    """On one GPU type horus scores by resident class (fast path); it must equal the per-GPU rule."""
+    from slurm_horus.placement.framework import Cycle
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(4)
+    classes = [f"k{i}" for i in range(6)]
+    values = {(a, b): float(rng.uniform(0.2, 1.0)) for a in classes for b in classes}
+    state = cluster(8, 4)
+    policy = Horus(PairTable(TablePredictor(values), state.classes), min_combined_known=1.05, **options)
+    for g in range(0, 30):  # residents with expected ends from soon to much later
+        state.place(RunningJob(f"r{g}", classes[g % 6], (g,), 0.0, float(rng.uniform(10, 5000))))
+    ctx = SchedulingContext(100.0, 40, 40)
+    ctx.extra["window"] = [state.classes.id(c) for c in classes[:3]]
+    outcomes = set()
+    for c in classes:
+        for duration in (50.0, 500.0, 50000.0):
+            cycle = Cycle(state, JobRequest("n", c, predicted_duration=duration), ctx, state.classes.id(c))
+            cycle.idx = np.flatnonzero(policy.filter_gpus(cycle))
+            policy._fill_predictions(cycle)
+            fast, fast_ok = policy._score_by_class(cycle)
+            slow, slow_ok = policy._score_per_gpu(cycle)
+            assert np.array_equal(fast, slow), (c, duration)
+            shared = ~cycle.free
+            assert np.array_equal(fast_ok[shared], slow_ok[shared])
+            outcomes |= set(np.isfinite(fast[shared]).tolist())
+    assert outcomes == {True, False}  # some pairs qualified, some did not: the comparison tested both
