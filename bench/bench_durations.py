@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
 from shared_data import shared_data_dir  # noqa: E402
-from slurm_horus.placement.duration import DurationSettings, estimate_errors, replay_errors  # noqa: E402
+from slurm_horus.placement.duration import (DurationEstimator, DurationSettings, estimate_errors,  # noqa: E402
+                                            replay_errors)
 from slurm_horus.sim.traces import read_trace  # noqa: E402
 from slurm_horus.sim.truth import load_truth  # noqa: E402
 
@@ -81,6 +82,7 @@ def main():
     parser.add_argument("--seeds", default="0,1,2,3,4", help="Gavel traces_msr seeds (tuning set)")
     parser.add_argument("--grid", default="2,5,10,20,50", help="values of 'recent' tried")
     parser.add_argument("--min-runs", default="1,2,3,5")
+    parser.add_argument("--no-grid", action="store_true", help="only the report set, with the default settings")
     args = parser.parse_args()
     started = time.time()
     out = {"tuning": {"set": "gavel traces_msr", "runs": []}, "report": {}}
@@ -90,7 +92,7 @@ def main():
     # in Gavel's traces each site (seed, VC) is one user: user+class is the class, user is the site
     levels_variants = {"user+class>class>user>site": ("user+class", "class", "user", "site"),
                        "user>site": ("user", "site")}
-    for recent in (int(x) for x in args.grid.split(",")):
+    for recent in ([] if args.no_grid else (int(x) for x in args.grid.split(","))):
         for min_runs in (int(x) for x in args.min_runs.split(",")):
             if min_runs > recent:
                 continue
@@ -100,8 +102,8 @@ def main():
                 row.update(summary(score_gavel(gavel, settings)))
                 out["tuning"]["runs"].append(row)
                 print(json.dumps(row), file=sys.stderr)
-    best = max(out["tuning"]["runs"], key=lambda r: (r["rank_corr"], -r["mare"]))
-    out["tuning"]["best_by_rank_corr"] = best
+    if out["tuning"]["runs"]:
+        out["tuning"]["best_by_rank_corr"] = max(out["tuning"]["runs"], key=lambda r: (r["rank_corr"], -r["mare"]))
     default = DurationSettings()
     out["default_settings"] = {"recent": default.recent, "min_runs": default.min_runs,
                                "levels": list(default.levels), "rule": default.describe()}
@@ -110,9 +112,17 @@ def main():
                                      and r["levels"] == ">".join(default.levels)), None)
     for label, random_classes in (("philly (user = VC, no class)", False),
                                   ("philly (user = VC, simulator's random classes)", True)):
-        errors, _ = replay_errors(philly(random_classes), default)
+        jobs = philly(random_classes)
+        errors, _ = replay_errors(jobs, default)
         out["report"][label] = summary(errors)
         print(json.dumps({label: out["report"][label]}), file=sys.stderr)
+    # references on the same jobs: the site-wide median of the last 10 runs, and one constant guess
+    jobs = philly(False)
+    site = DurationSettings(levels=("site",))
+    out["report"]["reference: site-wide median only"] = summary(replay_errors(jobs, site)[0])
+    constant = DurationEstimator(default).estimate()
+    out["report"]["reference: constant 3600 s"] = summary(
+        estimate_errors([constant] * len(jobs), [j[1] for j in sorted(jobs, key=lambda j: j[0])]))
     out["seconds"] = round(time.time() - started, 1)
     print(json.dumps(out, indent=2))
 

@@ -134,7 +134,7 @@ def test_simulate_estimates_durations_by_default_and_oracle_only_when_asked(tmp_
     base = ["--trace", str(trace), "--cluster", "1x2:v100", "--policy", "sjf,oracle"]
     output, est = _run(base, tmp_path)
     assert est["durations"]["mode"] == "estimated" and est["durations"]["true_durations"] == ["oracle"]
-    assert "no time limit in the trace" in est["durations"]["time_limits"] and "3600 s" in output
+    assert "no time limit in the trace" in est["durations"]["time_limits"] and "3600 s (--default-duration)" in output
     assert est["policies"]["sjf"]["durations"] == "estimated" and est["policies"]["sjf"]["duration_mare"] > 0
     assert est["policies"]["oracle"]["durations"] == "oracle" and est["policies"]["oracle"]["duration_mare"] == 0
     assert "dur.err" in output and "exact" in output

@@ -150,16 +150,17 @@ def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
     else:
         missing = f"{len(jobs) - with_limit} of {len(jobs)} jobs have no time limit in the trace"
         limits = (f"{missing}: they get --time-limit {options.time_limit:g} s" if options.time_limit
-                  else f"{missing}: no cap; before any history they are estimated at "
-                       f"{settings.default_duration:g} s (--default-duration)")
+                  else f"{missing}: no cap, and {settings.default_duration:g} s (--default-duration) "
+                       f"before any history")
     errors = next((s["estimator"] for s in summaries.values() if s.get("durations") == "estimated"), None) \
         or next((s["estimator"] for s in summaries.values()), {})
     oracles = sorted(n for n, s in summaries.items() if s.get("durations") == "oracle")
     mare = errors.get("mare")
     line = (f"durations: {options.durations}"
-            + ("" if options.durations == "oracle" else f" ({settings.describe()})")
+            + (" (the trace's)" if options.durations == "oracle" else
+               " (median of recent runs: user+class > class > user > site, capped by the time limit)")
             + f"; {limits}"
-            + (f"; estimator's median abs. relative error {mare:.2f}, rank correlation "
+            + (f"; estimator: median abs. relative error {mare:.2f}, rank correlation "
                f"{errors.get('rank_corr') or 0:.2f}" if mare is not None else "")
             + (f"; true durations: {', '.join(oracles)}" if oracles else ""))
     return {"mode": options.durations, "rule": settings.describe(), "time_limits": limits,
