@@ -84,11 +84,13 @@ def test_records_adapter_reads_history_rows_in_end_order():
         {"user": "u", "job_class": "c", "elapsed_s": 0, "state": "CANCELLED by 0", "end_time": 60},
         {"user": "u", "job_class": "c", "elapsed_s": "junk", "end_time": 70},
         {"user": "u", "job_class": "c", "elapsed_s": 60, "state": "CANCELLED by 1000", "end_time": 20},
+        {"user": "u", "job_class": "c", "elapsed_s": 9000, "state": "COMPLETED", "end_time": None},
     ]
     est = estimator_from_records(rows, DurationSettings(recent=2))
-    assert est.observed == 3  # the node failure, the CPU job, the unstarted and the junk rows are skipped
+    # the node failure, the CPU job, the unstarted and the junk rows are skipped; no end time: oldest
+    assert est.observed == 4
     assert est.estimate("u", "c").seconds == pytest.approx(55.0)  # the two that ended last: 60 and 50
-    assert estimator_from_records(rows, gpu_only=False).observed == 4
+    assert estimator_from_records(rows, gpu_only=False).observed == 5
 
 
 def test_error_figures():

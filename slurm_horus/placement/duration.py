@@ -166,7 +166,7 @@ class DurationEstimator:
         "recent" means recently finished). Returns how many were observed.
         """
         rows = [r for r in records if _counts(r, gpu_only)]
-        rows.sort(key=lambda r: _number(r.get("end_time")) or 0.0)
+        rows.sort(key=lambda r: _end(r.get("end_time")))
         for r in rows:
             self.observe(str(r.get("user") or ""), str(r.get("job_class") or ""), _number(r.get("elapsed_s")))
         return len(rows)
@@ -177,6 +177,12 @@ def _number(value) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def _end(value) -> float:
+    """Sort key of an end time (epoch seconds); a missing or unreadable one sorts first."""
+    number = _number(value)
+    return number if math.isfinite(number) else -math.inf
 
 
 def _counts(record: Mapping, gpu_only: bool) -> bool:
