@@ -137,7 +137,9 @@ def test_simulate_estimates_durations_by_default_and_oracle_only_when_asked(tmp_
     output, est = _run(base, tmp_path)
     assert est["durations"]["mode"] == "estimated" and est["durations"]["true_durations"] == ["oracle"]
     assert "no time limit in the trace" in est["durations"]["time_limits"] and "3600 s (--default-duration)" in output
-    assert est["policies"]["sjf"]["durations"] == "estimated" and est["policies"]["sjf"]["duration_mare"] > 0
+    sjf = est["policies"]["sjf"]
+    assert sjf["durations"] == "estimated" and sjf["duration_mare"] == sjf["estimator"]["mare"]
+    assert sjf["estimator"]["mean_abs_rel_error"] > 0  # the first jobs started on the default guess
     assert est["policies"]["oracle"]["durations"] == "oracle" and est["policies"]["oracle"]["duration_mare"] == 0
     assert "dur.err" in output and "exact" in output
     sources = est["policies"]["sjf"]["estimator"]["sources"]
@@ -183,3 +185,34 @@ def test_bad_duration_options_and_limits_give_one_line(tmp_path, capsys, args, m
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_waiting_jobs_keep_the_current_estimate_and_their_queue_place():
+    """QueueEstimates re-estimates only the jobs a finished run can change; the result must be what
+    re-estimating the whole queue after every end gives (random users, classes and runs)."""
+    import numpy as np
+
+    from slurm_horus.placement.cycle import PendingQueue
+    from slurm_horus.placement.duration import QueueEstimates
+    from slurm_horus.placement.policies import SJF
+
+    rng = np.random.default_rng(11)
+    estimator = DurationEstimator(DurationSettings(recent=3))
+    queue = PendingQueue(SJF())
+    tracker = QueueEstimates(estimator, queue)
+    users, classes = ["u0", "u1", "u2", ""], ["a", "b", "c", ""]
+    moved = 0
+    for step in range(400):
+        action = rng.random()
+        if action < 0.5:
+            req = JobRequest(f"j{step}", str(rng.choice(classes)), user=str(rng.choice(users)), submit_time=step,
+                             time_limit=float(rng.choice([0, 500, 5000])) or None)
+            tracker.add(req)
+        elif action < 0.7 and len(queue):
+            queue.remove(list(queue)[int(rng.integers(len(queue)))].job_id)  # a job starts
+        else:
+            moved += tracker.observe(str(rng.choice(users)), str(rng.choice(classes)), float(rng.uniform(10, 9000)))
+        for req in queue:
+            assert req.predicted_duration == estimator.estimate_request(req).seconds, (step, req)
+        assert [r.job_id for r in queue] == [r.job_id for r in sorted(queue, key=SJF().queue_key)]
+    assert moved > 50 and len(queue) > 10

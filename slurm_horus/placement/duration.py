@@ -172,6 +172,70 @@ class DurationEstimator:
         return len(rows)
 
 
+class QueueEstimates:
+    """Keeps the predicted durations of waiting jobs current as the estimator learns.
+
+    A scheduler re-reads its queue on every refresh, so a job that waits sees its estimate improve
+    while it waits (the first jobs of a burst are queued before anything has ended). This does the
+    same without re-estimating the whole queue at every end: each waiting job is indexed by the
+    history key its estimate came from and the more specific ones; a finished job changes only its
+    own user+class, class, user and site keys, so only the jobs indexed there (and those still on a
+    fallback) are estimated again. A job whose estimate changes is taken out of ``queue`` and put back (its queue position
+    depends on it). ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue` (``add``,
+    ``remove``, ``get``); jobs the queue no longer holds (they started) are dropped lazily.
+    """
+
+    FALLBACK = ("fallback",)
+
+    def __init__(self, estimator: DurationEstimator, queue):
+        self.estimator = estimator
+        self.queue = queue
+        self._by_key: Dict[tuple, set] = {}
+
+    def _index(self, req, estimate: DurationEstimate):
+        """File the job under the key its estimate came from and every more specific one (a run
+        there, even another user's, would change it); a fallback under FALLBACK (any run does)."""
+        if estimate.source not in LEVELS:
+            self._by_key.setdefault(self.FALLBACK, set()).add(req.job_id)
+            return
+        for level in self.estimator.settings.levels:
+            key = _key(level, req.user or "", req.job_class or "")
+            if key is not None:
+                self._by_key.setdefault(key, set()).add(req.job_id)
+            if level == estimate.source:
+                return
+
+    def add(self, req) -> DurationEstimate:
+        """Estimate ``req`` now, set its ``predicted_duration`` and queue it."""
+        estimate = self.estimator.estimate_request(req)
+        req.predicted_duration = estimate.seconds  # before queueing: the queue keys on it
+        self.queue.add(req)
+        self._index(req, estimate)
+        return estimate
+
+    def observe(self, user: str, job_class: str, run_time: float) -> int:
+        """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
+        self.estimator.observe(user, job_class, run_time)
+        keys = {_key(level, user or "", job_class or "") for level in self.estimator.settings.levels}
+        keys.discard(None)
+        keys.add(self.FALLBACK)
+        moved = 0
+        for key in keys:
+            ids = self._by_key.pop(key, None)
+            for job_id in sorted(ids or ()):  # sorted: the same order on every run
+                req = self.queue.get(job_id)
+                if req is None:
+                    continue  # started meanwhile
+                estimate = self.estimator.estimate_request(req)
+                if estimate.seconds != req.predicted_duration:
+                    self.queue.remove(job_id)
+                    req.predicted_duration = estimate.seconds
+                    self.queue.add(req)
+                    moved += 1
+                self._index(req, estimate)
+        return moved
+
+
 def _number(value) -> float:
     try:
         return float(value)

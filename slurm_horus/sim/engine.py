@@ -7,8 +7,9 @@ completion events are re-issued (stale ones are skipped by a version number). Th
 from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
 when the pair ends, the way the live service learns from finished jobs. Durations likewise: by
 default (``durations="estimated"``) a job's ``predicted_duration`` is what the duration estimator of
-the placement core (``placement/duration.py``) says when the job is queued, from the run times of the
-jobs that finished earlier in the run (as horusd learns from sacct) and the job's time limit; the
+the placement core (``placement/duration.py``) says, from the run times of the jobs that finished
+earlier in the run (as horusd learns from sacct) and the job's time limit, kept current while the job
+waits (``QueueEstimates``); the
 trace's true durations only with ``durations="oracle"``, and always for a policy with
 ``perfect_knowledge`` (the ``oracle`` reference). A co-location the truth
 says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is requeued after
@@ -24,7 +25,8 @@ import numpy as np
 
 from ..placement import JobRequest
 from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
-from ..placement.duration import DurationEstimate, DurationEstimator, DurationSettings, estimate_errors
+from ..placement.duration import (DurationEstimate, DurationEstimator, DurationSettings, QueueEstimates,
+                                  estimate_errors)
 from ..placement.framework import Policy
 from ..placement.state import ClusterState
 from .traces import TraceJob
@@ -60,7 +62,7 @@ class SimJob:
         self.pair = None  # (gpu_type, corunner class) while sharing one GPU with one job
         self.pair_since = 0.0
         self.gpu_types = ()
-        self.estimate: Optional[DurationEstimate] = None  # the estimator's answer at first arrival
+        self.estimate: Optional[DurationEstimate] = None  # the estimator's answer when it first started
 
 
 DURATION_MODES = ("estimated", "oracle")
@@ -90,7 +92,7 @@ class SimResult:
     observations: int
     start_time: float
     durations: str = "estimated"  # what this policy knew: "estimated" or "oracle"
-    duration_errors: Optional[dict] = None  # the estimator's error (estimate_errors), at first arrival
+    duration_errors: Optional[dict] = None  # the estimator's error (estimate_errors), each job estimated when it first started
 
 
 class Simulator:
@@ -120,6 +122,8 @@ class Simulator:
         self.heap: List[tuple] = []
         self.seq = 0
         self.queue = PendingQueue(policy)
+        # waiting jobs carry the current estimate, as a scheduler re-reading its queue sees it
+        self.estimates = None if self.true_durations else QueueEstimates(self.estimator, self.queue)
         self.cycle_options = CycleOptions(queue_depth=self.options.queue_depth, window=self.options.window)
         self.now = 0.0
         self.busy_gpu_time = 0.0
@@ -198,12 +202,10 @@ class Simulator:
 
     # ---- queue ----------------------------------------------------------------------------------
     def _enqueue(self, job: SimJob):
-        estimate = self.estimator.estimate_request(job.req)
-        if job.estimate is None:
-            job.estimate = estimate
-        if not self.true_durations:
-            job.req.predicted_duration = estimate.seconds  # never while queued: the queue keys on it
-        self.queue.add(job.req)
+        if self.estimates is not None:
+            self.estimates.add(job.req)
+        else:
+            self.queue.add(job.req)
 
     def _schedule(self):
         """One scheduling cycle of the placement core (the very one horusd runs)."""
@@ -248,6 +250,8 @@ class Simulator:
         job.gpu_types = tuple(state.gpu_type_of(g) for g in gpus)
         if job.first_start is None:
             job.first_start = self.now
+            # the estimate the start was decided on (also kept, for its error, with true durations)
+            job.estimate = self.estimator.estimate_request(job.req)
         self._refresh(self._jobs_on(gpus))
         return True
 
@@ -340,7 +344,10 @@ class Simulator:
         job.end = self.now
         self.done += 1
         # what sacct tells a live site: how long it ran (slowed down when it shared)
-        self.estimator.observe(job.req.user, job.req.job_class, job.run_time)
+        if self.estimates is not None:
+            self.estimates.observe(job.req.user, job.req.job_class, job.run_time)
+        else:
+            self.estimator.observe(job.req.user, job.req.job_class, job.run_time)
         self._refresh(others)
 
     def _preempt(self, job: SimJob):
