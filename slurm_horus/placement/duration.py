@@ -130,28 +130,48 @@ class DurationEstimator:
             runs = self._runs.get(key)
             if not runs or len(runs) < self.settings.min_runs:
                 return None
-            values = np.fromiter(runs, dtype=np.float64, count=len(runs))
-            median = float(np.median(values))
+            # a handful of values: plain Python is several times faster than numpy here
+            values = sorted(runs)
             n = len(values)
-            mad_sigma = MAD_TO_SIGMA * float(np.median(np.abs(np.log(values / median)))) if n > 1 else 0.0
+            half = n // 2
+            median = values[half] if n % 2 else (values[half - 1] + values[half]) / 2.0
+            mad_sigma = MAD_TO_SIGMA * _median([abs(math.log(v / median)) for v in values]) if n > 1 else 0.0
             s = self.settings
             sigma = s.spread_scale * math.sqrt((n * mad_sigma ** 2 + s.prior_runs * s.prior_log_sigma ** 2)
                                                / (n + s.prior_runs))
             stats = self._stats[key] = (median, sigma, n)
         return stats
 
-    def estimate(self, user: str = "", job_class: str = "", time_limit: Optional[float] = None) -> DurationEstimate:
-        """The estimate for a job of ``user`` and ``job_class`` with ``time_limit`` seconds (None: none)."""
-        limit = float(time_limit) if time_limit is not None and time_limit > 0 else None
+    def _lookup(self, user: str, job_class: str):
+        """(level, (median, log_sigma, runs)) of the first history with enough runs, or None."""
         for level in self.settings.levels:
             key = _key(level, user or "", job_class or "")
             found = self._sample(key) if key is not None else None
             if found is not None:
-                median, sigma, n = found
-                return _bounded(median, sigma, limit, level, n)
+                return level, found
+        return None
+
+    def estimate(self, user: str = "", job_class: str = "", time_limit: Optional[float] = None) -> DurationEstimate:
+        """The estimate for a job of ``user`` and ``job_class`` with ``time_limit`` seconds (None: none)."""
+        limit = float(time_limit) if time_limit is not None and time_limit > 0 else None
+        found = self._lookup(user, job_class)
+        if found is not None:
+            level, (median, sigma, n) = found
+            return _bounded(median, sigma, limit, level, n)
         if limit is not None:
             return _bounded(limit, self.settings.prior_log_sigma, limit, "limit", 0)
         return _bounded(self.settings.default_duration, self.settings.prior_log_sigma, None, "default", 0)
+
+    def seconds(self, user: str = "", job_class: str = "", time_limit: Optional[float] = None) -> Tuple[float, str]:
+        """``(estimate(...).seconds, estimate(...).source)`` without the spread (the hot path)."""
+        limit = float(time_limit) if time_limit is not None and time_limit > 0 else None
+        found = self._lookup(user, job_class)
+        if found is not None:
+            median = found[1][0]
+            return (min(median, limit) if limit is not None else median), found[0]
+        if limit is not None:
+            return limit, "limit"
+        return self.settings.default_duration, "default"
 
     def estimate_request(self, req) -> DurationEstimate:
         """The estimate for a :class:`JobRequest` (its user, class and time limit)."""
@@ -192,48 +212,64 @@ class QueueEstimates:
         self.queue = queue
         self._by_key: Dict[tuple, set] = {}
 
-    def _index(self, req, estimate: DurationEstimate):
+    def _index(self, req, source: str, only=None):
         """File the job under the key its estimate came from and every more specific one (a run
-        there, even another user's, would change it); a fallback under FALLBACK (any run does)."""
-        if estimate.source not in LEVELS:
-            self._by_key.setdefault(self.FALLBACK, set()).add(req.job_id)
+        there, even another user's, would change it); a fallback under FALLBACK (any run does).
+        ``only``: the one key to file it under again (its estimate still comes from the same level)."""
+        by_key = self._by_key
+        if only is not None:
+            by_key.setdefault(only, set()).add(req.job_id)
+            return
+        if source not in LEVELS:
+            by_key.setdefault(self.FALLBACK, set()).add(req.job_id)
             return
         for level in self.estimator.settings.levels:
             key = _key(level, req.user or "", req.job_class or "")
             if key is not None:
-                self._by_key.setdefault(key, set()).add(req.job_id)
-            if level == estimate.source:
+                by_key.setdefault(key, set()).add(req.job_id)
+            if level == source:
                 return
 
-    def add(self, req) -> DurationEstimate:
-        """Estimate ``req`` now, set its ``predicted_duration`` and queue it."""
-        estimate = self.estimator.estimate_request(req)
-        req.predicted_duration = estimate.seconds  # before queueing: the queue keys on it
+    def add(self, req) -> float:
+        """Estimate ``req`` now, set its ``predicted_duration`` and queue it; returns the estimate."""
+        seconds, source = self.estimator.seconds(req.user, req.job_class, req.time_limit)
+        req.predicted_duration = seconds  # before queueing: the queue keys on it
         self.queue.add(req)
-        self._index(req, estimate)
-        return estimate
+        self._index(req, source)
+        return seconds
 
     def observe(self, user: str, job_class: str, run_time: float) -> int:
         """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
-        self.estimator.observe(user, job_class, run_time)
-        keys = {_key(level, user or "", job_class or "") for level in self.estimator.settings.levels}
-        keys.discard(None)
-        keys.add(self.FALLBACK)
+        estimator, queue = self.estimator, self.queue
+        estimator.observe(user, job_class, run_time)
+        keys = [_key(level, user or "", job_class or "") for level in estimator.settings.levels]
+        keys = [k for k in keys if k is not None] + [self.FALLBACK]
         moved = 0
         for key in keys:
             ids = self._by_key.pop(key, None)
             for job_id in sorted(ids or ()):  # sorted: the same order on every run
-                req = self.queue.get(job_id)
+                req = queue.get(job_id)
                 if req is None:
                     continue  # started meanwhile
-                estimate = self.estimator.estimate_request(req)
-                if estimate.seconds != req.predicted_duration:
-                    self.queue.remove(job_id)
-                    req.predicted_duration = estimate.seconds
-                    self.queue.add(req)
+                seconds, source = estimator.seconds(req.user, req.job_class, req.time_limit)
+                if seconds != req.predicted_duration:
+                    queue.remove(job_id)
+                    req.predicted_duration = seconds
+                    queue.add(req)
                     moved += 1
-                self._index(req, estimate)
+                # filed under the other keys already, unless it now rests on another level
+                self._index(req, source, only=key if key == _source_key(source, req) else None)
         return moved
+
+
+def _source_key(source: str, req):
+    return _key(source, req.user or "", req.job_class or "") if source in LEVELS else QueueEstimates.FALLBACK
+
+
+def _median(values: List[float]) -> float:
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2.0
 
 
 def _number(value) -> float:
