@@ -229,6 +229,10 @@ class Policy:
         cycle.idx = np.flatnonzero(mask)
         if len(cycle.idx) < req.n_gpus:
             return Decision(req.job_id, False, self.name, reason="not enough free or shareable GPUs")
+        if not explain:
+            quick = self.decide_quickly(cycle)
+            if quick is not None:
+                return quick
         self._fill_predictions(cycle)
         # a predicted 0 means the pair cannot run together (memory): never a candidate
         cycle.score = np.where(cycle.job_tput > 0, self.score_gpus(cycle), NEG_INF)
@@ -238,6 +242,20 @@ class Policy:
             reason = cycle.notes.get("wait_reason", "no GPU qualifies under this policy")
             return Decision(req.job_id, False, self.name, reason=str(reason), candidates=cands)
         return self._decision(cycle, chosen, cands)
+
+    def decide_quickly(self, cycle: Cycle) -> Optional[Decision]:
+        """A shortcut to the pipeline's answer (never a different one), or None to run the pipeline.
+
+        Called after the filter, when no explanation is asked; a policy whose rule allows it can find
+        the GPU the pipeline would select without scoring every feasible GPU (see horus)."""
+        return None
+
+    def _decision_at(self, cycle: Cycle, positions: Sequence[int]) -> Decision:
+        """The Decision for the GPUs at ``positions`` of ``cycle.idx``: predictions are filled for
+        those GPUs only (what :meth:`decide_quickly` needs)."""
+        cycle.idx = cycle.idx[np.asarray(positions)]
+        self._fill_predictions(cycle)
+        return self._decision(cycle, np.arange(len(cycle.idx)), [])
 
     def _decision(self, cycle: Cycle, chosen: np.ndarray, cands: List[Candidate]) -> Decision:
         state, req = cycle.state, cycle.req

@@ -129,7 +129,7 @@ class ClusterState:
         self.gpu_exclusive = np.zeros(n, dtype=bool)
         # class id of the first resident (-1 when empty); with at most 2 jobs per GPU a new job's
         # only co-runner is this one, so pair predictions are one fancy-indexing lookup.
-        self.gpu_class0 = np.full(n, -1, dtype=np.int32)
+        self.gpu_class0 = np.full(n, -1, dtype=np.intp)  # intp: gathers indexed by it are ~2x faster
         self.gpu_end0 = np.zeros(n)  # expected end of the first resident
         self.gpu_jobs: List[List[str]] = [[] for _ in range(n)]
         self.partition_mask = {}

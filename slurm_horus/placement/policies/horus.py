@@ -35,6 +35,7 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..framework import NEG_INF, Policy, pressure
+from ..request import Decision
 from .sjf_bsbf import pair_benefit
 
 
@@ -68,6 +69,54 @@ class Horus(Policy):
         running = np.maximum(state.gpu_end0 - ctx.now, 0.0).sum()
         drain = (ctx.waiting_work + running) / max(state.n_gpus, 1)
         return self.guard * drain
+
+    def decide_quickly(self, cycle):
+        """The pipeline's answer for a 1-GPU job on one GPU type, without scoring every GPU.
+
+        Under pressure a free GPU scores ``free_score`` and a qualifying pair its class's value, so
+        the GPU :meth:`select` takes (the first of the highest score) is found by testing the pairs of
+        the best-valued resident class first: the SJF-BSBF benefit, the only per-GPU test, is then
+        computed on a few hundred GPUs instead of thousands. When that class has no qualifying GPU,
+        all the classes that could still beat a free GPU are tested at once. Held equal to the
+        pipeline by tests/test_placement.py."""
+        state, req = cycle.state, cycle.req
+        if req.n_gpus != 1 or len(state.gpu_types) != 1 or self.min_tput <= 0:
+            return None  # (min_tput > 0: a qualifying pair never has a predicted 0, masked later)
+        resident = state.gpu_class0[cycle.idx]
+        free = resident < 0
+        first_free = int(np.argmax(free)) if free.any() else -1
+        if not pressure(cycle) and req.n_gpus <= state.n_free:
+            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
+            if first_free < 0:
+                return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy")
+            return self._decision_at(cycle, [first_free])
+        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+        need_c = ok_c | bsbf_c
+        need_c[-1] = False
+        floor = self.free_score if first_free >= 0 else NEG_INF
+        need_c &= value >= floor  # a class valued below a free GPU can never be selected
+        best_pos, best_value = -1, NEG_INF
+        if need_c.any():
+            top = value[need_c].max()
+            for classes in (need_c & (value == top), need_c & (value < top)):
+                if not classes.any():
+                    continue
+                pos = np.flatnonzero(classes[resident])
+                if len(pos) == 0:
+                    continue
+                ok = self._pair_ok(cycle, pos, resident[pos], jt, rt, ok_c, bsbf_c)
+                if ok.any():
+                    vals = value[resident[pos[ok]]]
+                    best_value = vals.max()
+                    best_pos = int(pos[ok][np.argmax(vals)])  # first of the highest
+                    break
+        cycle.notes["reason"] = "pressure: best predicted pair"
+        if first_free >= 0 and (best_pos < 0 or self.free_score > best_value
+                                or (self.free_score == best_value and first_free < best_pos)):
+            return self._decision_at(cycle, [first_free])
+        if best_pos < 0:
+            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing")
+        return self._decision_at(cycle, [best_pos])
 
     def score_gpus(self, cycle):
         free = cycle.free
@@ -113,6 +162,24 @@ class Horus(Policy):
         resident's class: each test is computed once per class (a short vector, the trailing entry
         for a free GPU) and gathered per GPU; the benefit, which needs the resident's expected end,
         is computed only on the GPUs whose class passes the rest."""
+        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+        resident = cycle.resident  # class id per feasible GPU, -1 (the trailing entry) when free
+        if self.require_benefit or self.bsbf_gain > 0:
+            need_c = (ok_c | bsbf_c) if self.require_benefit else bsbf_c & ~ok_c
+            need_c[-1] = False
+            ok = ok_c[resident] if not self.require_benefit else np.zeros(len(resident), dtype=bool)
+            pos = np.flatnonzero(need_c[resident])
+            if len(pos):
+                ok[pos] = self._pair_ok(cycle, pos, resident[pos], jt, rt, ok_c, bsbf_c)
+        else:
+            ok = ok_c[resident]
+        return np.where(ok | cycle.free, value[resident], NEG_INF), ok
+
+    def _class_tests(self, cycle):
+        """Per resident class (trailing entry: a free GPU): the job's and the resident's predicted
+        throughputs, the class-level tests (``ok_c``: combined, known-pair threshold, min_tput,
+        window; ``bsbf_c``: the short-next-to-long exception's class part) and the score of a
+        qualifying GPU (a free GPU's: ``free_score``)."""
         state = cycle.state
         c = cycle.class_id
         mat = self.pairs.matrix(state.gpu_types[0])
@@ -131,27 +198,22 @@ class Horus(Policy):
             ok_c &= combined >= self._partner_by_class(cycle, window) - self.partner_slack
         bsbf_c = (combined >= 1.0) & both_fast if self.bsbf_gain > 0 else np.zeros(len(jt), dtype=bool)
         bsbf_c[-1] = False  # a free GPU has no partner
-        resident = cycle.resident  # class id per feasible GPU, -1 (the trailing entry) when free
-        if self.require_benefit or self.bsbf_gain > 0:
-            need_c = (ok_c | bsbf_c) if self.require_benefit else bsbf_c & ~ok_c
-            need_c[-1] = False
-            ok = ok_c[resident] if not self.require_benefit else np.zeros(len(resident), dtype=bool)
-            pos = np.flatnonzero(need_c[resident])
-            if len(pos):
-                res = resident[pos]
-                e_a = cycle.req.expected_duration()
-                e_b = np.maximum(state.gpu_end0[cycle.idx[pos]] - cycle.ctx.now, 1.0)
-                gain = pair_benefit(e_a, e_b, jt[res], rt[res]) / (e_a + e_b)
-                sub = (ok_c[res] & (gain > 0)) if self.require_benefit else ok[pos]
-                if self.bsbf_gain > 0:
-                    sub |= (gain >= self.bsbf_gain) & bsbf_c[res]
-                ok[pos] = sub
-        else:
-            ok = ok_c[resident]
         value = combined if self.score_rule == "combined" else jt + 0.5 * rt
         value[-1] = self.free_score
-        free = cycle.free
-        return np.where(ok | free, value[resident], NEG_INF), ok
+        return jt, rt, ok_c, bsbf_c, value
+
+    def _pair_ok(self, cycle, pos, res, jt, rt, ok_c, bsbf_c):
+        """Whether the pairs at feasible positions ``pos`` (resident classes ``res``) qualify, given
+        the class tests: the SJF-BSBF benefit decides (see :meth:`_score_per_gpu`)."""
+        if not self.require_benefit and self.bsbf_gain <= 0:
+            return ok_c[res]
+        e_a = cycle.req.expected_duration()
+        e_b = np.maximum(cycle.state.gpu_end0[cycle.idx[pos]] - cycle.ctx.now, 1.0)
+        gain = pair_benefit(e_a, e_b, jt[res], rt[res]) / (e_a + e_b)
+        ok = (ok_c[res] & (gain > 0)) if self.require_benefit else ok_c[res]
+        if self.bsbf_gain > 0:
+            ok |= (gain >= self.bsbf_gain) & bsbf_c[res]
+        return ok
 
     def _partner_by_class(self, cycle, window, gpu_type=None):
         """Per resident class (trailing entry: a free GPU): the best combined throughput any waiting
