@@ -54,7 +54,8 @@ def test_controller_request_answered(frontend):
 
 
 def test_malformed_and_failing_requests_get_ok_false(frontend):
-    assert json.loads(raw_exchange(frontend.socket_path, b"not json\n")) == {"ok": False, "error": "malformed request"}
+    reply = json.loads(raw_exchange(frontend.socket_path, b"not json\n"))
+    assert reply["ok"] is False and reply["error"].startswith("malformed request")
     reply = json.loads(raw_exchange(frontend.socket_path, b'{"op": "boom"}\n'))
     assert reply["ok"] is False and "RuntimeError" in reply["error"]
     # and the client helper turns both into "no answer" (fail open)
@@ -71,14 +72,19 @@ def test_ask_fails_open_without_daemon(tmp_path):
 
 
 def test_authorize_rules():
-    trusted = {0, 64030}
-    assert authorize({"uid": 5}, 1000, trusted, controller=True) is None
-    assert authorize({"uid": 5}, 0, trusted, controller=False) is None
-    assert authorize({"uid": 1000}, 1000, trusted, controller=False) is None
-    message = {}
-    assert authorize(message, 1000, trusted, controller=False) is None and message["uid"] == 1000
-    assert "may not ask on behalf of uid 0" in authorize({"uid": 0}, 1000, trusted, controller=False)
-    assert authorize({"uid": "x"}, 1000, trusted, controller=False) == "bad uid"
+    assert authorize({"op": "place", "uid": 5}, 1000, controller=True) is None
+    assert authorize({"op": "reload"}, None, controller=True) is None  # TCP: a controller peer
+    message = {"op": "place", "uid": 1000, "user": "someone"}
+    assert authorize(message, 1000, controller=False) is None
+    assert message["uid"] == 1000 and message["peer"] == "user" and message["user"] != "someone"
+    message = {"op": "place"}
+    assert authorize(message, 1000, controller=False) is None and message["uid"] == 1000
+    # on the user socket root is a user like any other: only its own uid
+    assert "may not ask on behalf of uid 5" in authorize({"op": "place", "uid": 5}, 0, controller=False)
+    assert "may not ask on behalf of uid 0" in authorize({"op": "place", "uid": 0}, 1000, controller=False)
+    assert authorize({"op": "place", "uid": "x"}, 1000, controller=False) == "bad uid"
+    for op in ("reload", "claim", "left", None, "boom"):  # "left": only job_submit.lua tells it
+        assert "user socket" in authorize({"op": op}, 1000, controller=False)
 
 
 ORDINARY_USER_CLIENT = r"""

@@ -86,9 +86,10 @@ class Horus(Policy):
         free = resident < 0
         first_free = int(np.argmax(free)) if free.any() else -1
         if not pressure(cycle) and req.n_gpus <= state.n_free:
-            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
+            cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
             if first_free < 0:
-                return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy")
+                return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy",
+                                n_feasible=len(cycle.idx))
             return self._decision_at(cycle, [first_free])
         jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
         need_c = ok_c | bsbf_c
@@ -115,15 +116,16 @@ class Horus(Policy):
                                 or (self.free_score == best_value and first_free < best_pos)):
             return self._decision_at(cycle, [first_free])
         if best_pos < 0:
-            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing")
+            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+                            n_feasible=len(cycle.idx))
         return self._decision_at(cycle, [best_pos])
 
     def score_gpus(self, cycle):
         free = cycle.free
         busy = pressure(cycle)
         if not busy and cycle.req.n_gpus <= cycle.state.n_free:
-            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
-            return np.where(free, 1e9, NEG_INF)
+            cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
+            return np.where(free, self.free_score, NEG_INF)  # only free GPUs qualify: first fit
         if len(cycle.state.gpu_types) == 1:
             score, ok = self._score_by_class(cycle)
         else:
