@@ -181,10 +181,22 @@ class Horus(Policy):
         """Per resident class (trailing entry: a free GPU): the job's and the resident's predicted
         throughputs, the class-level tests (``ok_c``: combined, known-pair threshold, min_tput,
         window; ``bsbf_c``: the short-next-to-long exception's class part) and the score of a
-        qualifying GPU (a free GPU's: ``free_score``)."""
+        qualifying GPU (a free GPU's: ``free_score``). Kept for the cycle (``ctx.extra``) until the
+        pair table learns something: they depend on the class, the table and the window only."""
         state = cycle.state
         c = cycle.class_id
         mat = self.pairs.matrix(state.gpu_types[0])
+        cache = cycle.ctx.extra.setdefault("_class_tests", {})
+        key = (id(self), c, id(mat), len(mat), self.pairs.n_observations)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self._compute_class_tests(cycle, c, mat)
+            for array in found:
+                array.flags.writeable = False  # shared by the cycle's decisions
+        return found
+
+    def _compute_class_tests(self, cycle, c, mat):
+        state = cycle.state
         jt = np.append(mat[c], 1.0)
         rt = np.append(mat[:, c], 1.0)
         combined = jt + rt
@@ -224,12 +236,12 @@ class Horus(Policy):
         name = gpu_type or state.gpu_types[0]
         cache = cycle.ctx.extra.setdefault("_best_partner", {})
         mat = self.pairs.matrix(name)
-        best = cache.get(name)
+        best = cache.get((id(self), name))
         if best is None or len(best) != len(mat) + 1:
             w = np.asarray(window)
             # trailing 0: a free GPU (resident -1) has no partner to keep it for
             best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
-            cache[name] = best
+            cache[(id(self), name)] = best
         return best
 
     def _best_partner(self, cycle, window):
