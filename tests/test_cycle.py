@@ -184,3 +184,20 @@ def test_no_room_means_no_decision():
     assert not has_room(state, policy)
     assert run_cycle(state, policy, queue, 0.0, lambda *_: pytest.fail("nothing can start")).tried == 0
     assert math.isclose(queue.work, 100.0)
+
+
+def test_a_job_asking_for_another_gpu_type_is_not_skipped_as_the_same_shape():
+    """The equivalence cache keys on everything that decides where a job may go: a job that asked for
+    a GPU type with no room does not make a job of the same class asking for another type wait."""
+    state = ClusterState(max_jobs_per_gpu=2, classes=ClassIndex())
+    state.add_node("a", "a100", 1, 40960, ("default",))
+    state.add_node("v", "v100", 1, 16384, ("default",))
+    state.build()
+    state.place(RunningJob("busy", "a", (0,), 0.0, 100.0, exclusive=True))  # the a100 is taken
+    policy = SlurmDefault()
+    queue = PendingQueue(policy)
+    queue.add(JobRequest("on-a100", "a", submit_time=1.0, gpu_type="a100"))
+    queue.add(JobRequest("on-v100", "a", submit_time=2.0, gpu_type="v100"))
+    start, order = placer(state, policy)
+    result = run_cycle(state, policy, queue, 0.0, start)
+    assert order == ["on-v100"] and set(result.waiting) == {"on-a100"}

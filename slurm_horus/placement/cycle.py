@@ -171,8 +171,8 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
             continue  # a reclaim or the caller took it out meanwhile
         if not policy.share and req.n_gpus > state.n_free and not reclaiming:
             continue
-        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive,
-                 req.expected_duration() if with_duration else 0.0)
+        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.extra_partitions, req.gpu_type,
+                 req.mem_mb, req.exclusive, req.expected_duration() if with_duration else 0.0)
         if shape in failed:
             continue
         result.tried += 1
