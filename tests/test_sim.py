@@ -272,3 +272,22 @@ def test_a_sub_batched_job_runs_at_the_speed_of_the_smaller_batch():
     speed = (base.solo[("v100", "resnet50-bs32")] * 32) / (base.solo[("v100", "resnet50-bs64")] * 64)
     assert new.run_class == "resnet50-bs32" and new.ooms == 0
     assert new.end == pytest.approx(1.0 + 100.0 / (0.9 * speed))
+
+
+def test_the_slowdown_limit_is_a_run_option_of_the_simulator(capsys):
+    """horusd's slowdown_limit, applied by the one cycle: at 1.0 no pair is predicted fast enough, so
+    nothing shares; without it the same run shares; below 1 it is one clear error."""
+    from slurm_horus.cli import main
+
+    truth = random_truth()
+    groups = [NodeGroup(2, 2, "v100", 16384.0)]
+    jobs = make_trace(60, seed=5, span=40.0)
+    shared = {}
+    for limit in (None, 1.0):
+        results = run_policies(jobs, groups, truth, ["horus"], holdout=False, seed=0,
+                               options=SimOptions(max_slowdown=limit))
+        shared[limit] = sum(j.ever_shared for j in results[0].jobs)
+    assert shared[None] > 0 and shared[1.0] == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--trace", "nope.csv", "--slowdown-limit", "0.5", "--no-progress"])
+    assert exit_info.value.code == 2 and "--slowdown-limit must be at least 1" in capsys.readouterr().err

@@ -141,8 +141,10 @@ class Horusd:
         self.reader = reader or SlurmReader()
         self.predictor_factory = predictor_factory
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
-                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start())
+                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start(),
+                               on_durations=self.set_durations)
         self.placer = build_placer(config, predictor_factory, self.history)
+        self.durations = None  # the duration estimator fed from the history store (None: not read yet)
         self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None, after_reply=self.after_reply)
         self._decision_ms = 0.0
         self.stopping = threading.Event()
@@ -161,6 +163,12 @@ class Horusd:
         self._reload_lock = threading.Lock()  # SIGHUP, a refit and the controller socket may all ask at once
         self.frontend.on_fatal = self._die
 
+    def set_durations(self, estimator):
+        """A duration estimator fed with fresh history: the placer uses it from its next decision."""
+        self.durations = estimator
+        self.placer.set_durations(estimator)
+        log.info("horus: duration estimates from %d finished GPU jobs of the history store", estimator.observed)
+
     def _wire(self, placer):
         placer.on_left_to_slurm = self.wake.set
         placer.on_kept = self.wake.set  # squeue names the kept job's id: then the cycle may place it
@@ -176,7 +184,8 @@ class Horusd:
             return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
                     "decisions": self.placer.decisions, "ledger": len(self.placer.ledger),
                     "refresh_interval_s": round(self.refresh_interval, 3), "policy": self.config.policy,
-                    "pid": os.getpid(), "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s}
+                    "pid": os.getpid(), "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s,
+                    "duration_history_jobs": self.placer.durations.observed}
         if op == "reload":
             self.reload()
             return {"ok": True, "reloaded": True}
@@ -365,6 +374,8 @@ class Horusd:
     def _reload(self):
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
+        if self.durations is not None:
+            placer.set_durations(self.durations)
         old = self.placer
         self._wire(placer)
         with old.lock:
@@ -393,6 +404,7 @@ class Horusd:
 
     def start(self):
         raise_fd_limit()
+        self.history.load_durations()  # before the first cycle: a restarted horusd knows its run times
         try:
             self.refresh_once()
         except Exception as exc:

@@ -103,12 +103,15 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
                    "(caps the estimates; not enforced)")
 @click.option("--default-duration", default=3600.0, show_default=True, type=float,
               help="estimate (s) for a job with no time limit before any job has finished")
+@click.option("--slowdown-limit", default=None, type=float,
+              help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
 @click.option("--jobs-csv", default=None, type=click.Path(dir_okay=False), help="per-job CSV")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: if a tty)")
 def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
-             single_gpu, holdout, durations, time_limit, default_duration, json_out, jobs_csv, report, progress):
+             single_gpu, holdout, durations, time_limit, default_duration, slowdown_limit, json_out, jobs_csv, report,
+             progress):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
@@ -123,8 +126,11 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
         raise InputError("--time-limit must be positive")
     if not default_duration > 0:
         raise InputError("--default-duration must be positive")
+    if slowdown_limit is not None and not slowdown_limit >= 1.0:
+        raise InputError("--slowdown-limit must be at least 1")
     settings = DurationSettings(default_duration=default_duration)
-    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings)
+    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
+                         max_slowdown=slowdown_limit)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster)
     gpu_type = groups[0].gpu_type

@@ -79,6 +79,7 @@ class SimOptions:
     queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
     max_timeline: int = 600  # points kept for the utilization plot
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+    max_slowdown: Optional[float] = None  # horusd's slowdown_limit, when a run should apply it (None: none)
     durations: str = "estimated"  # what policies know of durations: "estimated" or "oracle" (the trace's)
     time_limit: Optional[float] = None  # seconds; the limit of jobs whose trace gives none (DefaultTime)
     duration_settings: Optional[DurationSettings] = None  # the estimator's settings (None: defaults)
@@ -128,7 +129,8 @@ class Simulator:
         self.queue = PendingQueue(policy)
         # waiting jobs carry the current estimate, as a scheduler re-reading its queue sees it
         self.estimates = None if self.true_durations else QueueEstimates(self.estimator, self.queue)
-        self.cycle_options = CycleOptions(queue_depth=self.options.queue_depth, window=self.options.window)
+        self.cycle_options = CycleOptions(queue_depth=self.options.queue_depth, window=self.options.window,
+                                          max_slowdown=self.options.max_slowdown)
         self.now = 0.0
         self.busy_gpu_time = 0.0
         self.last_t = None
