@@ -4,7 +4,8 @@ Lifecycle: read config → build the interference model and the policy → first
 listen. A background thread refreshes the cluster state every ``refresh_s``; another runs the
 scheduling cycle over the jobs horusd keeps (after every refresh, at least every ``cycle_s``) and
 starts what it places (mover.py); a third renews the kept jobs' lease; SIGHUP (or a
-``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
+``{"op": "reload"}`` on the controller socket) re-reads the site file, the fitted model and the run
+times of the history store (the duration estimator; also every 5 minutes) and swaps
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
 """
 
@@ -374,6 +375,7 @@ class Horusd:
     def _reload(self):
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
+        self.durations = self.history.duration_estimator() or self.durations  # the run times ingested since
         if self.durations is not None:
             placer.set_durations(self.durations)
         old = self.placer
