@@ -38,6 +38,37 @@ FINISH, ARRIVAL = 0, 1  # at equal times completions go first: capacity frees be
 BAD_PAIR = 0.85
 
 
+def trace_request(t: TraceJob, width: int, default_limit: Optional[float] = None,
+                  true_duration: bool = True) -> JobRequest:
+    """The JobRequest of a trace job: as few nodes as possible unless the trace says; a stated
+    fraction of a GPU (``gpu_milli`` < 1000) becomes ``gpu_units``, stated whole GPUs are exclusive.
+    Its time limit: the trace's, else ``default_limit``; its ``predicted_duration``: the true one only
+    with ``true_duration`` (else None: the simulator's duration estimator fills it)."""
+    n = t.num_gpus
+    limit = t.time_limit if t.time_limit else default_limit
+    predicted = t.duration if true_duration else None
+    if n == 0:
+        return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=0, nodes=1, partition=t.partition,
+                          time_limit=limit, predicted_duration=predicted, user=t.user, submit_time=t.submit_time,
+                          cpu_milli=t.cpu_milli, memory_mib=t.memory_mib)
+    gpn = t.gpus_per_node
+    if not gpn:
+        if n <= width:
+            gpn = n
+        else:
+            nodes = math.ceil(n / width)
+            while n % nodes:
+                nodes += 1
+            gpn = n // nodes
+    fraction = t.gpu_milli if n == 1 and 0 < t.gpu_milli < 1000 else 0
+    return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
+                      mem_mb=t.mem_mb, partition=t.partition, time_limit=limit, predicted_duration=predicted,
+                      user=t.user, submit_time=t.submit_time,
+                      extra_partitions=("infer",) if t.partition == "train" else (),
+                      exclusive=t.gpu_milli >= 1000, gpu_units=fraction, cpu_milli=t.cpu_milli,
+                      memory_mib=t.memory_mib, gpu_types=tuple(t.gpu_types))
+
+
 class SimJob:
     __slots__ = ("idx", "trace", "req", "work", "rate", "last", "version", "running", "first_start", "end",
                  "run_time", "shared_time", "bad_time", "ooms", "preemptions", "shared", "pair", "pair_since",
@@ -145,22 +176,7 @@ class Simulator:
     @staticmethod
     def _request(t: TraceJob, width: int, default_limit: Optional[float] = None,
                  true_duration: bool = False) -> JobRequest:
-        n = t.num_gpus
-        gpn = t.gpus_per_node
-        if not gpn:
-            if n <= width:
-                gpn = n
-            else:
-                nodes = math.ceil(n / width)
-                while n % nodes:
-                    nodes += 1
-                gpn = n // nodes
-        return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
-                          mem_mb=t.mem_mb, partition=t.partition,
-                          time_limit=t.time_limit if t.time_limit else default_limit,
-                          predicted_duration=t.duration if true_duration else None,
-                          user=t.user, submit_time=t.submit_time,
-                          extra_partitions=("infer",) if t.partition == "train" else ())
+        return trace_request(t, width, default_limit, true_duration)
 
     # ---- event plumbing -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int, version: int = 0):
@@ -250,7 +266,7 @@ class Simulator:
         running = self.policy.running_job(job.req, decision, self.now)
         state.place(running)
         job.run_class = cls
-        job.factor = self.truth.job_factor(job.req.job_class, cls, state.gpu_type_of(gpus[0]), len(gpus),
+        job.factor = 1.0 if not gpus else self.truth.job_factor(job.req.job_class, cls, state.gpu_type_of(gpus[0]), len(gpus),
                                            len(decision.nodes), state.node_gpu_table.shape[1])
         self.running_by_id[job.req.job_id] = job
         job.running = True
@@ -261,7 +277,7 @@ class Simulator:
             job.first_start = self.now
             # the estimate the start was decided on (also kept, for its error, with true durations)
             job.estimate = self.estimator.estimate_request(job.req)
-        self._refresh(self._jobs_on(gpus))
+        self._refresh(self._jobs_on(gpus) if gpus else [job])
         return True
 
     @property
