@@ -15,6 +15,9 @@ it is asked about and in what order:
 * **equivalence cache** — a request identical to one that did not fit since the last start is not
   asked again (the scheduling framework's equivalence class cache);
 * **reclaim** — a job the policy cannot place may have running jobs preempted for it (DeepBoot);
+* **slowdown limit** — a site's cap on a pair's predicted slowdown (horusd's ``slowdown_limit``):
+  a shared placement predicted to slow the job more is not made, and the job waits (``max_slowdown``;
+  the simulator applies it only when asked, so that it measures the site's setting too);
 * **context** — the clock, the number of waiting jobs, the GPUs and GPU-seconds they ask for.
 
 The cycle is pure: it reads a :class:`ClusterState` and a :class:`PendingQueue` and reports what to
@@ -24,6 +27,7 @@ start a job says so, and the job stays queued.
 """
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -36,6 +40,7 @@ from .state import ClusterState
 class CycleOptions:
     queue_depth: int = 100  # most jobs a cycle asks the policy about (Slurm's default_queue_depth)
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+    max_slowdown: Optional[float] = None  # a shared placement predicted slower than this waits (None: no cap)
 
 
 class PendingQueue:
@@ -118,17 +123,26 @@ def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
                 ctx: SchedulingContext) -> List[JobRequest]:
     """The waiting jobs in the order this cycle asks about them: queue order, except that jobs
     reaching the policy's ``urgent_duration`` (the makespan guard) go first, longest first."""
-    order = list(queue)
-    if type(policy).urgent_duration is Policy.urgent_duration or not order:
-        return order
-    # the queue is in SJF order for policies with a guard, so the urgent jobs sit at its end
-    threshold = policy.urgent_duration(state, ctx)
-    k = len(order)
-    while k > 0 and order[k - 1].expected_duration() >= threshold:
-        k -= 1
-    if k < len(order):
-        order = order[k:][::-1] + order[:k]
-    return order
+    return [req for req in _walk(state, policy, queue, ctx) if req is not None]
+
+
+def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
+          ctx: SchedulingContext) -> Iterator[Optional[JobRequest]]:
+    """:func:`cycle_order`, lazily: a cycle asks about ``queue_depth`` jobs, not the whole queue.
+
+    The order is fixed now (a snapshot of the queue, the guard's threshold); a job that has left the
+    queue by the time the walk reaches it comes out as None.
+    """
+    keys = list(queue._keys)  # the cycle removes the jobs it starts: walk a snapshot
+    jobs = queue._jobs
+    k = len(keys)
+    if type(policy).urgent_duration is not Policy.urgent_duration and keys:
+        # the queue is in SJF order for policies with a guard, so the urgent jobs sit at its end
+        threshold = policy.urgent_duration(state, ctx)
+        while k > 0 and jobs[keys[k - 1][1]][1].expected_duration() >= threshold:
+            k -= 1
+    positions = itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))
+    return ((found[1] if found is not None else None) for found in (jobs.get(keys[i][1]) for i in positions))
 
 
 def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
@@ -150,7 +164,7 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
     if not queue or (not has_room(state, policy) and not reclaiming):
         return result
     ctx = SchedulingContext(now, len(queue), queue.gpus, queue.work)
-    order = cycle_order(state, policy, queue, ctx)
+    order = _walk(state, policy, queue, ctx)
     if policy.share:
         classes = state.classes
         ctx.extra["window"] = [classes.id(req.job_class) for req in queue.head(options.window)]
@@ -159,12 +173,12 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
     for req in order:
         if result.tried >= options.queue_depth:
             break
-        if req.job_id not in queue:
+        if req is None:
             continue  # a reclaim or the caller took it out meanwhile
         if not policy.share and req.gpu_units == 0 and req.n_gpus > state.n_free and not reclaiming:
             continue
-        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive,
-                 req.gpu_units, req.cpu_milli, req.memory_mib, req.gpu_type, req.gpu_types,
+        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.extra_partitions, req.mem_mb,
+                 req.exclusive, req.gpu_units, req.cpu_milli, req.memory_mib, req.gpu_type, req.gpu_types,
                  req.expected_duration() if with_duration else 0.0)
         if shape in failed:
             continue
@@ -177,6 +191,11 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
                     preempt(victim)
                     result.preempted.append(victim)
                 decision = policy.decide(state, req, ctx, explain=explain)
+        if decision.placed and options.max_slowdown is not None and decision.shared \
+                and decision.predicted_slowdown > options.max_slowdown:
+            decision = Decision(req.job_id, False, decision.policy,
+                                reason=f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit",
+                                n_feasible=decision.n_feasible)
         if not decision.placed:
             failed.add(shape)
             result.waiting[req.job_id] = decision.reason

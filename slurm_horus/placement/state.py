@@ -146,7 +146,7 @@ class ClusterState:
         self.gpu_exclusive = np.zeros(n, dtype=bool)
         # class id of the first resident (-1 when empty); with at most 2 jobs per GPU a new job's
         # only co-runner is this one, so pair predictions are one fancy-indexing lookup.
-        self.gpu_class0 = np.full(n, -1, dtype=np.int32)
+        self.gpu_class0 = np.full(n, -1, dtype=np.intp)  # intp: gathers indexed by it are ~2x faster
         self.gpu_end0 = np.zeros(n)  # expected end of the first resident
         # capacity (issue 21): units per GPU, units held, and residents that hold no units
         # (interference-shared whole-GPU jobs: no fractional job may join them, nor they it)

@@ -4,7 +4,8 @@ A TraceJob's ``duration`` is its run time alone on its GPUs (seconds): the work 
 get done. Formats (``--trace-format``; ``auto`` guesses from the header / extension):
 
 * ``generic``: CSV with a header; required ``submit_time`` (s), ``duration`` (s), ``num_gpus``;
-  optional ``job_id``, ``job_class``, ``gpus_per_node``, ``partition``, ``user``, ``mem_mb``.
+  optional ``job_id``, ``job_class``, ``gpus_per_node``, ``partition``, ``user``, ``mem_mb``,
+  ``time_limit`` (s; empty or 0: none).
 * ``philly``: Pollux's ``philly.csv`` (``timestamp,duration,num_gpus,gpu_time,cluster``); the submit
   time is the timestamp minus the earliest one; the virtual cluster becomes the user.
 * ``gavel``: Gavel's tab-separated traces, 7 fields (job_type, command, num_steps_arg,
@@ -49,6 +50,7 @@ class TraceJob:
     partition: str = ""
     user: str = ""
     mem_mb: float = 0.0
+    time_limit: Optional[float] = None  # seconds, when the trace gives one (what a live site knows)
     kind: str = "train"  # or "infer"
     gpu_fraction: float = 1.0
     time_limit: Optional[float] = None  # seconds, when the job was given one (a live site knows it)
@@ -126,12 +128,14 @@ def read_generic(path, **_) -> List[TraceJob]:
         gpn = _optional(path, line, row, "gpus_per_node", int, 0, minimum=0)
         if gpn and num_gpus % gpn:
             raise _bad(path, line, f"num_gpus={num_gpus} is not a multiple of gpus_per_node={gpn}")
+        limit = _optional(path, line, row, "time_limit", float, 0.0, minimum=0.0) or None
         jobs.append(TraceJob(
             job_id=_text(row, "job_id") or f"job{len(jobs)}",
             submit_time=_number(path, line, row, "submit_time", minimum=0.0), duration=duration,
             num_gpus=num_gpus, gpus_per_node=gpn, job_class=_text(row, "job_class") or None,
             partition=_text(row, "partition"), user=_text(row, "user"),
-            mem_mb=_optional(path, line, row, "mem_mb", float, 0.0, minimum=0.0), source=f"{path}:{line}"))
+            mem_mb=_optional(path, line, row, "mem_mb", float, 0.0, minimum=0.0), time_limit=limit,
+            source=f"{path}:{line}"))
     return jobs
 
 
