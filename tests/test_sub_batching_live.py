@@ -54,7 +54,8 @@ def test_a_decision_at_submission_sets_the_environment(cluster, tmp_path):
     site = cluster.horus_config
     original = site.read_text()
     try:
-        site.write_text(original + f"socket = {front.socket_path}\n")  # the last setting wins
+        # the last setting wins; a loaded machine may answer slower than the default 100 ms
+        site.write_text(original + f"socket = {front.socket_path}\ntimeout_ms = 3000\n")
         time.sleep(1.2)  # job_submit.lua re-reads the site file at most once a second
         script = tmp_path / "show.sh"
         script.write_text(SHOW)
