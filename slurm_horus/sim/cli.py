@@ -68,6 +68,8 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="trace file")
 @click.option("--trace-format", default="auto",
               type=click.Choice(["auto", "generic", "philly", "gavel", "pollux", "tiresias", "alibaba"]))
+@click.option("--time-unit", default="s", show_default=True, type=click.Choice(["s", "ms"]),
+              help="unit of the submit times and durations of a Tiresias-format trace")
 @click.option("--traces-dir", default=None, help="application traces of a Pollux/Sia/DeepBoot workload")
 @click.option("--cluster", default="16x4:v100", show_default=True,
               help="NODESxGPUS:TYPE[@PARTITION][,...] or a JSON/YAML file")
@@ -94,14 +96,14 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
 @click.option("--jobs-csv", default=None, type=click.Path(dir_okay=False), help="per-job CSV")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: if a tty)")
-def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
+def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
              single_gpu, holdout, durations, time_limit, default_duration, json_out, jobs_csv, report, progress):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
     from .metrics import summarize, write_jobs_csv
     from .run import parse_cluster, run_policies
-    from .traces import read_trace
+    from .traces import read_trace, time_unit_warning
     from .truth import load_truth
 
     if time_limit is not None and not time_limit > 0:
@@ -113,8 +115,11 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster)
     gpu_type = groups[0].gpu_type
-    jobs = read_trace(trace_path, trace_format, traces_dir=traces_dir,
+    jobs = read_trace(trace_path, trace_format, traces_dir=traces_dir, time_unit=time_unit,
                       solo_tput=lambda cls: truth_model.solo_tput(cls, gpu_type))
+    warning = time_unit_warning(jobs)
+    if warning:
+        click.echo(f"{trace_path}: {warning}", err=True)
     if single_gpu:
         jobs = [j for j in jobs if j.num_gpus == 1]
     if max_jobs:
