@@ -29,7 +29,7 @@ test-unit: $(STAMP)
 # Benchmarks that need neither ../shared/data nor a long run; the others are run one by one
 # (see the docstring at the top of each bench/bench_*.py).
 BENCH_SELF_CONTAINED = bench/bench_horusd.py bench/bench_pin_vs_leave.py bench/bench_localcluster.py \
-	bench/bench_submit_overhead.py bench/bench_failopen.py bench/bench_sbatch.py
+	bench/bench_submit_overhead.py bench/bench_failopen.py bench/bench_sbatch.py bench/bench_attacks.py
 
 bench: $(STAMP) deps
 	for b in $(BENCH_SELF_CONTAINED); do $(PY) $$b || exit 1; done

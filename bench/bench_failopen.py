@@ -5,7 +5,8 @@ submissions (``-H``, so nothing runs) in four phases of 250 while horusd is:
 
 1. killed (SIGKILL: its socket file stays, connects are refused);
 2. restarted (a new horusd starts while the submissions go on: first no socket, then answers);
-3. hung (SIGSTOP: connects succeed, nothing answers; job_submit.lua's deadline must cut it off);
+3. hung (SIGSTOP: connects succeed, nothing answers; job_submit.lua's deadline must cut it off, and
+   after three timeouts its circuit breaker, set here to pause 0.5-1 s, stops asking);
 4. answering garbage (horusd is gone and another process on its socket replies with junk lines).
 
 Prints JSON: submissions accepted, jobs counted in sacct (none lost), sbatch wall time per phase
@@ -74,7 +75,10 @@ def horusd_pid(cluster):
 
 def main():
     per_phase = int(sys.argv[1]) if len(sys.argv) > 1 else 250
-    cluster = LocalCluster(with_dbd=True, horus=True).up()
+    # a short circuit-breaker pause (default 5 s, doubling to 60 s): the hung phase trips it, and the
+    # garbage phase must still reach the junk server within its few seconds
+    cluster = LocalCluster(with_dbd=True, horus=True,
+                           horus_settings={"breaker_open_s": "0.5", "breaker_max_open_s": "1"}).up()
     results = {}
     try:
         time.sleep(1.5)

@@ -5,6 +5,7 @@ lazily, so ``horus local-cluster env`` does not pay for numpy and the placement 
 """
 
 import importlib
+import sqlite3
 import sys
 
 import click
@@ -24,6 +25,8 @@ SUBCOMMANDS = {
     "report": "slurm_horus.report.cli:report",
     "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",
+    "admin": "slurm_horus.admin:admin",
+    "job-env": "slurm_horus.sbatch.jobenv:job_env",
 }
 
 
@@ -60,6 +63,9 @@ def main(argv=None):
     except HorusError as exc:
         click.echo(f"horus: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except sqlite3.Error as exc:  # a database that is locked, read-only, full or damaged
+        click.echo(f"horus: database error: {exc}", err=True)
+        sys.exit(2)
     except click.exceptions.Abort:
         click.echo("horus: aborted", err=True)
         sys.exit(130)

@@ -91,6 +91,10 @@ def test_records_adapter_reads_history_rows_in_end_order():
     assert est.observed == 4
     assert est.estimate("u", "c").seconds == pytest.approx(55.0)  # the two that ended last: 60 and 50
     assert estimator_from_records(rows, gpu_only=False).observed == 5
+    # a job on a shard of a GPU (sacct: no whole GPU, one shard) is a GPU job
+    shard = {"user": "u", "job_class": "c", "elapsed_s": 40, "state": "COMPLETED", "end_time": 80, "n_gpus": 0,
+             "shards": 1}
+    assert estimator_from_records(rows + [shard]).observed == 5
 
 
 def test_error_figures():

@@ -3,9 +3,10 @@
 import pytest
 
 from slurm_horus.collect.ingest import write_rows
+from slurm_horus.collect.sampler import store_batches
 from slurm_horus.learn.loop import active_model, derive_observations, gpu_type_from_name, refit
 from slurm_horus.store.db import open_db
-from history_data import job
+from history_data import job, samples
 
 
 @pytest.fixture
@@ -18,6 +19,9 @@ def history(tmp_path):
         job(4, "alpha", 2000, 160, 3), job(5, "beta", 2000, 160, 3),
     ]
     write_rows(db, jobs, [])
+    # the collector saw each on its GPU (the refit learns only from jobs it saw)
+    store_batches(db, [batch for j in jobs for batch in samples(j["job_id"], int(j["gpu_indices"]), j["start_time"],
+                                                                j["elapsed_s"], 50, 1000)])
     return db
 
 

@@ -8,11 +8,12 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
 from slurm_horus.service import protocol
-from slurm_horus.service.server import Frontend, authorize
+from slurm_horus.service.server import Frontend, authorize, past_deadline
 
 
 @pytest.fixture
@@ -54,7 +55,8 @@ def test_controller_request_answered(frontend):
 
 
 def test_malformed_and_failing_requests_get_ok_false(frontend):
-    assert json.loads(raw_exchange(frontend.socket_path, b"not json\n")) == {"ok": False, "error": "malformed request"}
+    reply = json.loads(raw_exchange(frontend.socket_path, b"not json\n"))
+    assert reply["ok"] is False and reply["error"].startswith("malformed request")
     reply = json.loads(raw_exchange(frontend.socket_path, b'{"op": "boom"}\n'))
     assert reply["ok"] is False and "RuntimeError" in reply["error"]
     # and the client helper turns both into "no answer" (fail open)
@@ -71,14 +73,19 @@ def test_ask_fails_open_without_daemon(tmp_path):
 
 
 def test_authorize_rules():
-    trusted = {0, 64030}
-    assert authorize({"uid": 5}, 1000, trusted, controller=True) is None
-    assert authorize({"uid": 5}, 0, trusted, controller=False) is None
-    assert authorize({"uid": 1000}, 1000, trusted, controller=False) is None
-    message = {}
-    assert authorize(message, 1000, trusted, controller=False) is None and message["uid"] == 1000
-    assert "may not ask on behalf of uid 0" in authorize({"uid": 0}, 1000, trusted, controller=False)
-    assert authorize({"uid": "x"}, 1000, trusted, controller=False) == "bad uid"
+    assert authorize({"op": "place", "uid": 5}, 1000, controller=True) is None
+    assert authorize({"op": "reload"}, None, controller=True) is None  # TCP: a controller peer
+    message = {"op": "place", "uid": 1000, "user": "someone"}
+    assert authorize(message, 1000, controller=False) is None
+    assert message["uid"] == 1000 and message["peer"] == "user" and message["user"] != "someone"
+    message = {"op": "place"}
+    assert authorize(message, 1000, controller=False) is None and message["uid"] == 1000
+    # on the user socket root is a user like any other: only its own uid
+    assert "may not ask on behalf of uid 5" in authorize({"op": "place", "uid": 5}, 0, controller=False)
+    assert "may not ask on behalf of uid 0" in authorize({"op": "place", "uid": 0}, 1000, controller=False)
+    assert authorize({"op": "place", "uid": "x"}, 1000, controller=False) == "bad uid"
+    for op in ("reload", "claim", "left", None, "boom"):  # "left": only job_submit.lua tells it
+        assert "user socket" in authorize({"op": op}, 1000, controller=False)
 
 
 ORDINARY_USER_CLIENT = r"""
@@ -147,3 +154,28 @@ def test_several_requests_on_one_kept_connection(frontend):
         for uid in (11, 12, 13):
             sock.sendall(protocol.encode({"op": "place", "uid": uid}))
             assert json.loads(reader.readline())["uid"] == uid
+
+
+def test_a_request_read_past_its_deadline_is_answered_expired_and_not_decided(frontend):
+    late = {"op": "place", "uid": 7, "give_up_at": time.time() - 0.5}
+    reply = json.loads(raw_exchange(frontend.socket_path, (json.dumps(late) + "\n").encode()))
+    assert reply == {"ok": False, "error": "expired: past its deadline"}
+    assert not any(m.get("uid") == 7 for m in frontend.seen) and frontend.expired == 1
+    # a claim is a fact, whenever it is read; a request in time is decided
+    raw_exchange(frontend.socket_path, (json.dumps({"op": "claim", "give_up_at": 1.0}) + "\n").encode())
+    raw_exchange(frontend.socket_path, (json.dumps({"op": "place", "uid": 8, "give_up_at": time.time() + 5}) + "\n").encode())
+    assert [m["op"] for m in frontend.seen[-2:]] == ["claim", "place"] and frontend.expired == 1
+
+
+def test_past_deadline_reads_only_a_number():
+    assert past_deadline({"give_up_at": 100.0}, now=100.25) == pytest.approx(0.25)
+    for value in (100.5, None, "99", True, float("nan")):
+        assert past_deadline({"give_up_at": value}, now=100.25) is None
+    assert past_deadline({}, now=1e12) is None
+
+
+def test_ask_says_when_it_stops_waiting(frontend):
+    before = time.time()
+    assert protocol.ask({"op": "place", "uid": 9}, frontend.socket_path, timeout_s=2)["uid"] == 9
+    sent = frontend.seen[-1]["give_up_at"]
+    assert before + 2 <= sent <= time.time() + 2

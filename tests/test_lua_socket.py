@@ -4,6 +4,8 @@ one kept connection for many submissions, a fresh one after horusd restarts, fai
 import os
 import shutil
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -98,9 +100,9 @@ PLACED = {"ok": True, "action": "place", "nodes": ["n1"], "tres": "gres:shard:g0
 def write_offers(path, version, offer_id, claimed=""):
     import time
 
-    from slurm_horus.service.lua_twin import encode_kv_reply
+    from slurm_horus.service.protocol import encode_kv
 
-    offer = encode_kv_reply({**PLACED, "id": offer_id, "tres": "gres:shard:g3:1", "gpulist": "n1:3"})
+    offer = encode_kv({**PLACED, "id": offer_id, "tres": "gres:shard:g3:1", "gpulist": "n1:3"})
     tmp = f"{path}.tmp"
     with open(tmp, "w") as out:
         out.write(f"version={version};claimed={claimed};generated={time.time():.3f}\nlm-bs20\t{offer}\n")
@@ -160,3 +162,71 @@ def test_which_offers_the_script_may_take(paths, tmp_path):
         front.stop()
     assert [m["op"] for m in seen] == ["place", "claim", "place", "claim", "claim", "place", "place", "claim"]
     assert [m["id"] for m in seen if m["op"] == "claim"] == ["h101", "h103", "h104", "h107"]
+
+
+HUNG_HORUSD = r"""
+import os, signal, socket, sys
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen(128)
+print("listening", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)  # hung: the kernel still queues connections, nobody answers
+"""
+
+BREAKER_DRIVER = r"""
+slurm = {SUCCESS = 0, log_info = function() end}
+dofile(arg[1])
+local socket = require("socket")
+local conf = HORUS.parse_config("socket = " .. arg[2] .. "\ntimeout_ms = 100\nbreaker_timeouts = 3\n"
+  .. "breaker_open_s = 0.5\nbreaker_max_open_s = 4\n")
+local function ask(label)
+  local reply, err = HORUS.ask(conf, '{"op":"ping"}')
+  print(label .. " " .. tostring(err))
+  io.stdout:flush()
+end
+for i = 1, 8 do ask("burst") end
+socket.sleep(0.6)
+ask("later")
+ask("later")
+"""
+
+
+def test_a_hung_horusd_trips_the_circuit_breaker_in_real_lua(paths, tmp_path):
+    script, _driver, sock = paths
+    driver = tmp_path / "breaker.lua"
+    driver.write_text(BREAKER_DRIVER)
+    hung = subprocess.Popen([sys.executable, "-c", HUNG_HORUSD, sock], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hung.stdout.readline() == "listening\n"
+        out = subprocess.run([LUA, str(driver), script, sock], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        # three asks wait out the deadline; then none is made until the pause is over, when one
+        # tries again, times out, and opens the breaker for twice as long
+        assert lines == ["burst receive: timeout"] * 3 + ["burst circuit open"] * 5 + [
+            "later receive: timeout", "later circuit open"], lines
+    finally:
+        hung.kill()
+        hung.wait(10)
+        if os.path.exists(sock):
+            os.unlink(sock)
+
+
+CLOCK = r"""
+slurm = {SUCCESS = 0, log_info = function() end}
+dofile(arg[1])
+print(string.format("%.6f", HORUS.give_up_at(HORUS.parse_config("timeout_ms = 250\n"))))
+"""
+
+
+def test_give_up_at_is_the_wall_clock_horusd_compares_with(tmp_path, paths):
+    """horusd expires a request read after the script's give_up_at (server.past_deadline compares
+    it with time.time()): lua-socket's gettime must be that same clock, plus the timeout."""
+    script = paths[0]
+    driver = tmp_path / "clock.lua"
+    driver.write_text(CLOCK)
+    before = time.time()
+    out = subprocess.run([LUA, str(driver), script], capture_output=True, text=True, timeout=30)
+    after = time.time()
+    assert out.returncode == 0, out.stderr
+    assert before + 0.25 - 0.01 <= float(out.stdout) <= after + 0.25 + 0.01

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from slurm_horus.resources import resource_path
 from slurm_horus.service import lua_twin
-from slurm_horus.tokens import parse_horus_tokens
+from slurm_horus.tokens import parse_horus_tokens, sub_batching
 
 lupa51 = pytest.importorskip("lupa.lua51")
 
@@ -54,6 +54,8 @@ def normalize(value):
     return value
 
 
+NOW = 1_800_000_000  # the epoch the should_handle and keep twins are asked at
+
 JOBS = [
     {},
     {"tres_per_node": "gres:gpu:2"},
@@ -77,6 +79,13 @@ JOBS = [
     {"tres_per_node": "gres:gpu:1", "shared": 0},
     {"tres_per_node": "gres:gpu:1", "shared": 65534},
     {"tres_per_node": "gres:gpu:1,gres:gpu:v100:1"},
+    {"tres_per_node": "gres:gpu:1", "dependency": "afterok:12"},
+    {"tres_per_node": "gres:gpu:1", "dependency": ""},
+    {"tres_per_node": "gres:gpu:1", "begin_time": NOW + 3600},
+    {"tres_per_node": "gres:gpu:1", "begin_time": NOW - 5},
+    {"tres_per_node": "gres:gpu:1", "begin_time": 0},
+    {"tres_per_node": "gres:gpu:1", "reservation": "maint"},
+    {"tres_per_node": "gres:gpu:a100:1"},
 ]
 
 CONFIGS = [
@@ -99,11 +108,22 @@ REPLIES = [
     "ok=1;action=place;id=h-8;nodes=n2;tres=gres:shard:g1:1;age=1;class=resnet18-bs64;partition=infer-lend",
     "ok=1;action=place;id=h-9;nodes=n2;tres=gres:shard:g1:1;age=1;class=a b",
     "ok=1;action=place;id=h-10;nodes=n2;tres=gres:shard:g1:1;age=1;partition=x;y",
+    "ok=1;action=keep;id=h-11;tres=gres:shard:1;mode=kept;class=lm-bs20;lease=30",
+    "ok=1;action=keep;id=h-12;tres=gres:gpu:2;mode=kept;class=unknown;lease=30",
+    "ok=1;action=keep;id=h-13;tres=gres:gpu:g1:1;mode=kept;lease=30",
+    "ok=1;action=keep;id=h-14;tres=gres:shard:g2:1;mode=kept;lease=30",
+    "ok=1;action=keep;id=h-15;tres=gres:gpu:1;mode=kept;lease=0",
+    "ok=1;action=keep;id=h-16;tres=gres:gpu:1;mode=kept;lease=99999",
+    "ok=1;action=keep;id=h-17;tres=gres:gpu:1;mode=kept",
+    "ok=1;action=keep;id=h 18;tres=gres:gpu:1;mode=kept;lease=30",
     "ok=0;error=boom",
     "ok=1;action=explode",
     "garbage",
     "",
     ";;ok=1;action=unchanged",
+    "ok=1;action=place;id=h-19;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=64;grad_accum=2",
+    "ok=1;action=place;id=h-20;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=6$(x);grad_accum=2",
+    "ok=1;action=place;id=h-21;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=64;grad_accum=-1",
 ]
 
 
@@ -118,8 +138,8 @@ def test_parse_config_twin(lua, config_text):
 def test_should_handle_twin(lua, job, config_text):
     horus = lua.globals().HORUS
     conf = horus.parse_config(config_text)
-    lua_ok, lua_detail = pair(horus.should_handle(to_lua(lua, job), conf))
-    py_ok, py_detail = lua_twin.should_handle(job, lua_twin.parse_config(config_text))
+    lua_ok, lua_detail = pair(horus.should_handle(to_lua(lua, job), conf, NOW))
+    py_ok, py_detail = lua_twin.should_handle(job, lua_twin.parse_config(config_text), NOW)
     assert lua_ok == py_ok
     assert normalize(from_lua(lua_detail)) == normalize(py_detail)
 
@@ -131,6 +151,11 @@ def test_should_handle_cases_mean_what_they_say():
     assert lua_twin.should_handle({"tres_per_node": "gres:gpu:1", "shared": 0}, conf) == (False, "explicit exclusive")
     ok, request = lua_twin.should_handle({"tres_per_job": "gres:gpu:4", "min_nodes": 2}, conf)
     assert ok and request["gpus_per_node"] == 2 and request["nodes"] == 2
+    gpu = {"tres_per_node": "gres:gpu:1"}
+    for extra, reason in (({"dependency": "afterany:3"}, "dependency"), ({"reservation": "r"}, "reservation"),
+                          ({"begin_time": NOW + 60}, "begin time set by the user")):
+        assert lua_twin.should_handle({**gpu, **extra}, conf, NOW) == (False, reason)
+    assert lua_twin.should_handle({**gpu, "begin_time": NOW}, conf, NOW)[0]  # --begin=now: nothing to keep
 
 
 @pytest.mark.parametrize("line", REPLIES)
@@ -145,6 +170,9 @@ def test_parse_reply_twin(lua, line):
 
 def test_parse_reply_refuses_unsafe_and_stale():
     conf = lua_twin.parse_config("")
+    assert lua_twin.parse_reply(REPLIES[-3], conf)[0]["micro_batch"] == "64"
+    assert lua_twin.parse_reply(REPLIES[-2], conf) == (None, "bad micro_batch")
+    assert lua_twin.parse_reply(REPLIES[-1], conf) == (None, "bad grad_accum")
     assert lua_twin.parse_reply(REPLIES[0], conf)[0]["nodes"] == "n3"
     assert lua_twin.parse_reply(REPLIES[2], conf) == (None, "stale state")
     assert lua_twin.parse_reply(REPLIES[4], conf) == (None, "bad nodes")
@@ -176,6 +204,30 @@ def test_apply_twin(lua, job, admin_comment):
     assert parse_horus_tokens(py_job["admin_comment"]) == ("h-9", expected)
 
 
+def test_parse_keep_refuses_what_horusd_could_not_move():
+    conf = lua_twin.parse_config("")
+    kept = [lua_twin.parse_reply(line, conf) for line in REPLIES if "action=keep" in line]
+    assert [why for _reply, why in kept] == [None, None, "bad kept tres", "bad kept tres", "bad lease", "bad lease",
+                                            "bad lease", "bad id"]
+
+
+@pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2, "admin_comment": "JS1:x"}])
+@pytest.mark.parametrize("tres", ["gres:shard:1", "gres:gpu:2"])
+def test_keep_twin(lua, job, tres):
+    horus = lua.globals().HORUS
+    reply = {"id": "h-20", "tres": tres, "mode": "kept", "class": "lm-bs20", "lease": "30"}
+    lua_job = to_lua(lua, job)
+    lua_token = horus.keep(lua_job, to_lua(lua, reply), NOW)
+    py_job = dict(job)
+    py_token = lua_twin.keep(py_job, reply, NOW)
+    assert lua_token == py_token == "horus:h-20 mode=kept class=lm-bs20"
+    assert normalize(from_lua(lua_job)) == normalize(py_job)
+    assert py_job["begin_time"] == NOW + 30 and py_job["tres_per_node"] == tres
+    assert not py_job.get("tres_per_job") and not py_job.get("tres_per_task")
+    assert parse_horus_tokens(py_job["admin_comment"]) == ("h-20", {"mode": "kept", "class": "lm-bs20"})
+
+
 def test_build_request_is_json_with_the_request(lua):
     horus = lua.globals().HORUS
     job = {"tres_per_job": "gres:gpu:2", "name": 'my "job"\n', "user_name": "alice", "time_limit": 60,
@@ -187,11 +239,21 @@ def test_build_request_is_json_with_the_request(lua):
     assert message["job_name"] == 'my "job"\n'
     assert message["gpus_per_node"] == 2 and message["num_nodes"] == 1
     assert message["time_limit_min"] == 60 and message["uid"] == 1000
+    assert message["keep"] is True and message["held"] is False  # the script can keep the job
+    held = json.loads(horus.build_request(to_lua(lua, dict(job, priority=0)), 1000, to_lua(lua, request)))
+    assert held["held"] is True  # sbatch -H
+    assert "give_up_at" not in message
+    # no lua-socket here (test_lua_socket.py reads its clock in the real Lua 5.1)
+    assert horus.give_up_at(horus.parse_config("")) is None
+    timed = json.loads(horus.build_request(to_lua(lua, job), 1000, to_lua(lua, request), None, 1795000000.25))
+    assert timed["give_up_at"] == 1795000000.25
 
 
 def test_encode_kv_reply_round_trips_through_lua(lua):
     horus = lua.globals().HORUS
-    line = lua_twin.encode_kv_reply({"ok": True, "action": "place", "id": "h-1", "nodes": "n4",
+    from slurm_horus.service.protocol import encode_kv
+
+    line = encode_kv({"ok": True, "action": "place", "id": "h-1", "nodes": "n4",
                                      "tres": "gres:shard:g3:1", "mode": "shared", "slowdown": 1.1234,
                                      "age": 0.25, "reason": "pair; fits\nwell", "gpus": {"n4": [3]}})
     reply, why = pair(horus.parse_reply(line, horus.parse_config("")))
@@ -211,25 +273,47 @@ def test_submit_fails_open_without_horusd(lua, tmp_path, monkeypatch):
     assert any(line.startswith("horus: job name=j") and "unchanged: horusd" in line for line in LUA_LOG)
 
 
-tres_items = st.one_of(
+wellformed_tres_items = st.one_of(
     st.builds(lambda n: f"gres:gpu:{n}", st.integers(0, 16)),
     st.builds(lambda t, n: f"gres:gpu:{t}:{n}", st.sampled_from(["v100", "a100", "g0", "g3"]), st.integers(0, 8)),
     st.builds(lambda n: f"gres/gpu={n}", st.integers(0, 8)),
     st.builds(lambda n: f"gres:shard:{n}", st.integers(0, 8)),
-    st.text(alphabet="gpures:/=,0123456789 ", max_size=20),
 )
+tres_items = st.one_of(wellformed_tres_items, st.text(alphabet="gpures:/=,0123456789 ", max_size=20))
+FIELD_NODES_TASKS = (st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
+                     st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(tres_items, min_size=0, max_size=3).map(",".join),
-       st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
-       st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
+       *FIELD_NODES_TASKS)
 def test_gpu_request_twin_property(lua, tres, field, nodes, tasks):
     job = {field: tres, "min_nodes": nodes, "num_tasks": tasks}
     lua_request, lua_why = pair(lua.globals().HORUS.gpu_request(to_lua(lua, job)))
     py_request, py_why = lua_twin.gpu_request(job)
     assert normalize(from_lua(lua_request)) == normalize(py_request)
     assert lua_why == py_why
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(wellformed_tres_items, min_size=0, max_size=3).map(",".join),
+       *FIELD_NODES_TASKS)
+def test_horusd_reads_gpu_counts_as_the_lua_does(lua, tres, field, nodes, tasks):
+    """Production (protocol.gpu_counts, for clients that send TRES strings) against the Lua itself."""
+    from slurm_horus.service.protocol import gpu_counts
+
+    job = {field: tres, "min_nodes": nodes, "num_tasks": tasks}
+    lua_request, _why = pair(lua.globals().HORUS.gpu_request(to_lua(lua, job)))
+    strings = [job.get(k, "") for k in ("tres_per_node", "tres_per_job", "tres_per_task")]
+    try:
+        counts = gpu_counts(*strings, None if nodes == NO_VAL else nodes, None if tasks == NO_VAL else tasks)
+    except ValueError:
+        counts = None
+    if lua_request is None:
+        assert counts is None or counts[0] == 0
+    else:
+        lua_request = from_lua(lua_request)
+        assert counts == (lua_request["gpus_per_node"], lua_request["nodes"], lua_request.get("gpu_type"))
 
 
 CONFIRMS = [
@@ -285,6 +369,8 @@ CLASS_CASES = [
     ({"HORUS_CLASS": "bert-large"}, "x class=lm"),
     ({"HORUS_MODEL": "ResNet50", "HORUS_BATCH_SIZE": "64"}, None),
     ({"HORUS_MODEL": "ResNet50"}, None),
+    ({"HORUS_CLASS": "", "HORUS_MODEL": "ResNet50"}, "class=lm"),
+    ({"HORUS_CLASS": "", "HORUS_MODEL": ""}, "class=lm"),
     ({}, "exp 3, class=transformer-bs64"),
     ({}, "horus_class=a3c;x=1"),
     ({}, "classy=no class=ok"),
@@ -296,10 +382,10 @@ CLASS_CASES = [
 
 @pytest.mark.parametrize("env, comment", CLASS_CASES)
 def test_job_class_twin(lua, env, comment):
-    from slurm_horus.service.daemon import job_class_of
+    from slurm_horus.jobclass import job_class_of
 
     lua_class = lua.globals().HORUS.job_class(to_lua(lua, env), comment)
-    assert lua_class == job_class_of({"hints": env, "comment": comment})
+    assert lua_class == job_class_of(hints=env, comment=comment)
 
 
 OFFERS = (
@@ -366,3 +452,140 @@ def test_the_shipped_site_file_reads_the_same_in_lua_and_in_horus(lua, tmp_path)
     assert lua_conf == normalize(lua_twin.parse_config(text))
     for name, value in lua_conf.items():
         assert normalize(getattr(site, name)) == value, name
+
+
+OPT_OUT_CASES = [
+    ({}, None), ({"HORUS_OFF": "1"}, None), ({"HORUS_OFF": "yes"}, "class=lm"), ({"HORUS_OFF": " on "}, None),
+    ({"HORUS_OFF": "0"}, None), ({"HORUS_OFF": ""}, "class=lm"), ({}, "class=lm horus=off"),
+    ({}, "horus=OFF,class=lm"), ({}, "class=lm;horus=no"), ({}, "horus=on"), ({}, "xhorus=off"),
+    ({}, "horus=off1"), ({}, "horus = off"), ({"HORUS_OFF": "false"}, "horus=off"),
+]
+
+
+@pytest.mark.parametrize("env, comment", OPT_OUT_CASES)
+def test_opted_out_twin(lua, env, comment):
+    assert lua.globals().HORUS.opted_out(to_lua(lua, env), comment) == lua_twin.opted_out(env, comment)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.sampled_from(["1", "0", "yes", "TRUE", " on", "off", ""])),
+       st.one_of(st.none(), st.lists(st.sampled_from(["horus=off", "horus=no", "horus=On", "class=a", "horus=",
+                                                     "x", "horus=off,", ";horus=no;"]), max_size=4).map(" ".join),
+                 st.text(alphabet="horus=ofn ,;\t", max_size=20)))
+def test_opted_out_twin_property(lua, off, comment):
+    env = {} if off is None else {"HORUS_OFF": off}
+    assert lua.globals().HORUS.opted_out(to_lua(lua, env), comment) == lua_twin.opted_out(env, comment)
+
+
+def test_opted_out_means_what_it_says():
+    assert lua_twin.opted_out({"HORUS_OFF": "1"}, None) and lua_twin.opted_out({}, "class=x horus=off")
+    assert not lua_twin.opted_out({"HORUS_OFF": "0"}, "class=x") and not lua_twin.opted_out({}, "horus=on")
+
+
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("why", ["job array", "opted out (horus off)"])
+def test_left_message_twin(lua, job, why):
+    job = dict(job, user_name="alice")
+    lua_line = lua.globals().HORUS.left_message(to_lua(lua, job), 1000, why)
+    py_message = lua_twin.left_message(job, 1000, why)
+    assert (None if lua_line is None else json.loads(lua_line)) == py_message
+    assert (py_message is None) == (lua_twin.count_gpus(job.get("tres_per_node"))[0]
+                                    + lua_twin.count_gpus(job.get("tres_per_job"))[0]
+                                    + lua_twin.count_gpus(job.get("tres_per_task"))[0] == 0)
+
+
+@pytest.mark.parametrize("job", JOBS + [{"tres_per_node": "gres:gpu:1", "partition": "p"},
+                                        {"tres_per_node": "gres:gpu:1", "partition": ""}])
+@pytest.mark.parametrize("config_text", ["", "offers = no\n"])
+def test_offer_fits_twin(lua, job, config_text):
+    horus = lua.globals().HORUS
+    request, _ = lua_twin.gpu_request(job)
+    if request is None:
+        return
+    lua_request, _ = pair(horus.gpu_request(to_lua(lua, job)))
+    assert horus.offer_fits(to_lua(lua, job), lua_request, horus.parse_config(config_text)) == \
+        lua_twin.offer_fits(job, request, lua_twin.parse_config(config_text))
+
+
+def test_offer_fits_means_what_it_says():
+    conf = lua_twin.parse_config("")
+    fits = lua_twin.offer_fits
+    assert fits({}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": None}, conf)
+    assert not fits({}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": "a100"}, conf)  # a type is kept
+    assert not fits({"partition": "p"}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": None}, conf)
+    assert not fits({}, {"gpus_per_node": 2, "nodes": 1, "gpu_type": None}, conf)
+
+
+# ---- the circuit breaker (issue 15): a hung horusd must not cost every submission the deadline --
+def run_breaker(allows, after, new, steps, conf):
+    """Drive a breaker through ``steps`` [(time, timed out?)]: asks only when allowed. Returns
+    ([allowed?], final breaker as a dict)."""
+    breaker, allowed = new(), []
+    for now, timed_out in steps:
+        ok, _why = pair(allows(breaker, now))
+        allowed.append(bool(ok))
+        if ok:
+            after(breaker, timed_out, now)
+    return allowed, breaker
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 30, allow_nan=False), st.booleans()), max_size=40),
+       st.sampled_from(CONFIGS[:1] + ["breaker_timeouts = 1\nbreaker_open_s = 0.5\nbreaker_max_open_s = 2\n"]))
+def test_breaker_twin_property(lua, steps, config_text):
+    horus = lua.globals().HORUS
+    steps = [(sum(s[0] for s in steps[:i + 1]), s[1]) for i, s in enumerate(steps)]  # times only grow
+    lua_conf, py_conf = horus.parse_config(config_text), lua_twin.parse_config(config_text)
+    lua_allowed, lua_breaker = run_breaker(horus.breaker_allows,
+                                           lambda b, t, now: horus.breaker_after(b, t, now, lua_conf),
+                                           lambda: lua.table_from({"timeouts": 0}), steps, lua_conf)
+    py_allowed, py_breaker = run_breaker(lua_twin.breaker_allows,
+                                         lambda b, t, now: lua_twin.breaker_after(b, t, now, py_conf),
+                                         lambda: {"timeouts": 0}, steps, py_conf)
+    assert lua_allowed == py_allowed
+    assert normalize(from_lua(lua_breaker)) == normalize(py_breaker)
+
+
+@pytest.mark.parametrize("err", [None, "timeout", "receive: timeout", "connect /x.sock: timeout",
+                                 "connect /x.sock: connection refused", "send: closed", "circuit open"])
+def test_is_timeout_twin(lua, err):
+    assert lua.globals().HORUS.is_timeout(err) == lua_twin.is_timeout(err)
+
+
+def test_breaker_means_what_it_says():
+    conf = lua_twin.parse_config("")  # 3 timeouts, then 5 s; doubling to 60 s
+    breaker = {"timeouts": 0}
+    for now in (0.0, 0.1, 0.2):
+        assert lua_twin.breaker_allows(breaker, now) == (True, None)
+        lua_twin.breaker_after(breaker, True, now, conf)
+    assert lua_twin.breaker_allows(breaker, 0.3) == (False, "circuit open")
+    assert not lua_twin.breaker_allows(breaker, 5.1)[0] and lua_twin.breaker_allows(breaker, 5.3)[0]  # a try 5 s on
+    lua_twin.breaker_after(breaker, True, 5.3, conf)
+    assert not lua_twin.breaker_allows(breaker, 15.2)[0] and lua_twin.breaker_allows(breaker, 15.4)[0]  # then 10 s
+    lua_twin.breaker_after(breaker, False, 15.4, conf)  # horusd answers again: closed
+    assert breaker == {"timeouts": 0} and lua_twin.breaker_allows(breaker, 15.5)[0]
+    lua_twin.breaker_after(breaker, True, 16, conf)
+    lua_twin.breaker_after(breaker, False, 16.1, conf)  # a refused connection costs nothing: no count
+    lua_twin.breaker_after(breaker, True, 16.2, conf)
+    assert lua_twin.breaker_allows(breaker, 16.3)[0]
+
+
+def test_apply_twin_sub_batching_reaches_the_environment(lua):
+    """SJF-BSBF's sub-batching: job_submit.lua sets HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM through
+    job_desc.environment (slurmctld's setter for the job's environment) and the token says it."""
+    horus = lua.globals().HORUS
+    job = {"tres_per_node": "gres:gpu:1", "environment": {"PATH": "/usr/bin"}}
+    reply = {"id": "h-9", "nodes": "n1", "tres": "gres:shard:g0:1", "mode": "shared", "slowdown": "1.300",
+             "class": "resnet50-bs128", "gpulist": "n1:0", "micro_batch": "64", "grad_accum": "2"}
+    lua_job = to_lua(lua, {**job, "environment": to_lua(lua, job["environment"])})
+    lua_token = horus.apply(lua_job, to_lua(lua, reply))
+    py_job = {**job, "environment": dict(job["environment"])}
+    assert lua_token == lua_twin.apply(py_job, reply)
+    assert normalize(from_lua(lua_job)) == normalize(py_job)
+    assert py_job["environment"] == {"PATH": "/usr/bin", "HORUS_MICRO_BATCH": "64", "HORUS_GRAD_ACCUM": "2"}
+    _decision, fields = parse_horus_tokens(py_job["admin_comment"])
+    assert sub_batching(fields) == (64, 2)
+    plain = {"id": "h-9", "nodes": "n1", "tres": "gres:gpu:g0:1"}
+    untouched = {**job, "environment": dict(job["environment"])}
+    lua_twin.apply(untouched, plain)
+    assert untouched["environment"] == {"PATH": "/usr/bin"} and sub_batching(parse_horus_tokens(untouched["admin_comment"])[1]) is None

@@ -1,5 +1,7 @@
 """``horus collect`` and ``horus ingest``: thin click wrappers over sampler.py and ingest.py."""
 
+import math
+import sqlite3
 import sys
 import time
 
@@ -12,6 +14,12 @@ from ..store.db import default_db_path, open_db
 
 def _db(db_path):
     return open_db(db_path or default_db_path(load_config()))
+
+
+def _positive_hours(_ctx, _param, value):
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise InputError(f"--window-hours: must be a positive number of hours, got {value}")
+    return value
 
 
 @click.command("collect")
@@ -88,7 +96,7 @@ def _epoch_option(text, name):
 @click.option("--db", "db_path", help="history database (default: the site config's db)")
 @click.option("--since", help="start of the range (default: the last ingested end time, or 30 days ago)")
 @click.option("--until", help="end of the range (default: now)")
-@click.option("--window-hours", type=float, default=168.0, show_default=True,
+@click.option("--window-hours", type=float, default=168.0, show_default=True, callback=_positive_hours,
               help="first sacct window (hours); later windows adapt to the job rate")
 @click.option("--format", "fmt", type=click.Choice(["auto", "json", "parsable"]), default="auto",
               show_default=True, help="sacct --json (22.05), sacct -P, or --json falling back to -P")
@@ -103,7 +111,8 @@ def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_co
 
     from .ingest import FileSource, SacctSource, ingest
 
-    db = _db(db_path)
+    path = db_path or default_db_path(load_config())
+    db = open_db(path)
     source = FileSource(from_file) if from_file else SacctSource(slurm_conf=slurm_conf, mode=fmt)
     window_s = window_hours * 3600 if not from_file else 10 ** 10
     show = sys.stderr.isatty() if progress is None else progress
@@ -113,8 +122,13 @@ def ingest_command(db_path, since, until, window_hours, fmt, from_file, slurm_co
             click.echo(f"\ringest: {100 * fraction:5.1f}% of the range, {windows} sacct calls, "
                        f"{jobs} jobs read", err=True, nl=fraction >= 1.0)
 
-    result = ingest(db, source, since=_epoch_option(since, "--since"),
-                    until=_epoch_option(until, "--until"), window_s=window_s, progress=report)
+    try:
+        result = ingest(db, source, since=_epoch_option(since, "--since"),
+                        until=_epoch_option(until, "--until"), window_s=window_s, progress=report)
+    except sqlite3.Error as exc:  # locked past the busy timeout, read-only, full disk: each window is
+        # one transaction and the watermark moves after it, so the next run starts where this one failed
+        raise InputError(f"history database {path}: {exc}; nothing of the failed window was stored, "
+                         "run again to go on") from None
     if as_json:
         click.echo(json.dumps(result.as_dict(), sort_keys=True))
     else:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..store.db import get_meta, set_meta, transaction
 from .records import (
-    JOB_COLUMNS, PARSABLE_DELIMITER, apply_exit_codes, PARSABLE_FIELDS, STEP_COLUMNS, TERMINAL_STATES,
-    job_rows_from_json, job_rows_from_parsable,
+    JOB_COLUMNS, PARSABLE_DELIMITER, apply_exit_codes, apply_usage, PARSABLE_FIELDS, STEP_COLUMNS, TERMINAL_STATES,
+    apply_decision_token, drop_decision_token, job_rows_from_json, job_rows_from_parsable,
 )
 
 WATERMARK_KEY = "ingest.watermark"
@@ -72,7 +72,10 @@ class SacctSource:
             + window
         )
         self.used = "parsable"
-        return job_rows_from_parsable(result.stdout)
+        jobs, steps = job_rows_from_parsable(result.stdout)
+        usage = self._run(["sacct", "-P", "-n", "-o", "JobIDRaw,TotalCPU,MaxRSS"] + window)
+        apply_usage(jobs, usage.stdout)
+        return jobs, steps
 
 
 class FileSource:
@@ -129,9 +132,32 @@ _STEP_SQL = "INSERT OR REPLACE INTO steps ({}) VALUES ({})".format(
 )
 
 
+def known_decisions(db, decision_ids):
+    """The ids among ``decision_ids`` that horusd recorded in the history's ``decisions`` table."""
+    ids, known = sorted(set(decision_ids)), set()
+    for offset in range(0, len(ids), 500):
+        chunk = ids[offset: offset + 500]
+        known.update(row[0] for row in db.execute(
+            f"SELECT decision_id FROM decisions WHERE decision_id IN ({','.join('?' * len(chunk))})", chunk))
+    return known
+
+
+def verify_tokens(db, jobs):
+    """Believe a job's ``horus:`` token only when its decision is in the history (AdminComment is
+    written by job_submit.lua, but a copied or made-up token must not name GPUs or classes)."""
+    known = known_decisions(db, [job["horus_id"] for job in jobs if job.get("horus_id")])
+    for job in jobs:
+        if job.get("horus_id") in known:
+            apply_decision_token(job)
+        elif job.get("horus_id") or job.get("horus_tokens"):
+            drop_decision_token(job)
+
+
 def write_rows(db, jobs, steps, now=None):
-    """Upsert job rows and replace their steps, in batches of BATCH_JOBS (one transaction each)."""
+    """Upsert job rows (tokens verified) and replace their steps, in batches of BATCH_JOBS (one
+    transaction each)."""
     now = int(now if now is not None else time.time())
+    verify_tokens(db, jobs)
     steps_by_job = {}
     for step in steps:
         steps_by_job.setdefault((step["cluster"], step["job_id"]), []).append(step)

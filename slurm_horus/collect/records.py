@@ -6,10 +6,14 @@ returns. What each row keeps beyond sacct's own fields:
 * ``gres_alloc``: the GRES part of AllocTRES (``gpu:g2=1,gpu=1,shard=2``);
 * ``gpu_indices``: which GPUs the job held. sacct prints no IDX, but a site that gives each GPU its
   own GRES type ``gK`` (horus' indexed binding, the local cluster) records ``gres/gpu:gK`` and, when
-  ``gres/shard:gK`` is in AccountingStorageTRES, ``gres/shard:gK``; otherwise a ``gpus=`` token of
-  the ``horus:`` admin comment tells;
-* ``horus_tokens`` / ``horus_id``: the ``horus:`` tokens of AdminComment and Comment;
-* ``job_class``: ``class=`` token (horus: or plain comment), else the job name.
+  ``gres/shard:gK`` is in AccountingStorageTRES, ``gres/shard:gK``; otherwise the ``gpus=`` field of
+  a verified ``horus:`` token tells (:func:`apply_decision_token`);
+* ``horus_tokens`` / ``horus_id``: the ``horus:`` token of AdminComment. Never of Comment: users
+  write that, and a token there would let them claim GPUs and decisions. The ingest keeps the token
+  only when its decision is in the history (``collect/ingest.py``);
+* ``job_class``: :func:`slurm_horus.jobclass.job_class_of` of the comment (``class=``), the very
+  reader horusd uses, and a verified token's class wins; NULL when the class is unknown (such jobs
+  run exclusive and teach the model nothing).
 """
 
 import json
@@ -17,6 +21,7 @@ import re
 import time
 
 from ..errors import InputError
+from ..jobclass import UNKNOWN_CLASS, job_class_of
 from ..tokens import parse_horus_tokens
 
 TERMINAL_STATES = frozenset(
@@ -31,6 +36,7 @@ JOB_COLUMNS = (
     "qos", "state", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "elapsed_s",
     "time_limit_min", "nodes", "n_nodes", "n_cpus", "mem_mb", "n_gpus", "gres_alloc", "gres_req",
     "gpu_indices", "shards", "comment", "admin_comment", "horus_id", "horus_tokens", "job_class",
+    "cpu_time_s", "max_rss_mb",
 )
 STEP_COLUMNS = (
     "cluster", "job_id", "step_id", "name", "state", "exit_code", "exit_signal", "start_time",
@@ -38,36 +44,18 @@ STEP_COLUMNS = (
 )
 
 
-_CLASS_WORD = re.compile(r"(?:^|[\s,;])class=([A-Za-z0-9._+-]+)")
-
-
-def job_class_of(name, comment, admin_comment, tokens):
-    """Class of a job: horus token ``class=``, else ``class=`` in the comment, else the job name."""
-    if tokens.get("class"):
-        return tokens["class"]
-    for text in (comment, admin_comment):
-        match = _CLASS_WORD.search(text or "")
-        if match:
-            return match.group(1)
-    return name or None
-
-
 def gres_from_tres(entries):
     """AllocTRES GRES entries [(name, type, count)] -> (gres string, n_gpus, shards, indices)."""
     parts, n_gpus, shards, indices = [], 0, 0, set()
     for name, gres_type, count in entries:
         parts.append(f"{name}:{gres_type}={count}" if gres_type else f"{name}={count}")
-        if gres_type is None:
-            if name == "gpu":
-                n_gpus = max(n_gpus, count)
-            elif name == "shard":
-                shards = max(shards, count)
-        else:
-            match = _TYPED_INDEX.match(gres_type)
-            if match and count > 0 and name in ("gpu", "shard"):
-                indices.add(int(match.group(1)))
-            if name == "gpu":
-                n_gpus = max(n_gpus, count)
+        if name == "gpu":
+            n_gpus = max(n_gpus, count)
+        elif name == "shard":
+            shards = max(shards, count)
+        match = _TYPED_INDEX.match(gres_type or "")
+        if match and count > 0 and name in ("gpu", "shard"):
+            indices.add(int(match.group(1)))
     return ",".join(sorted(parts)), n_gpus, shards, indices
 
 
@@ -120,10 +108,10 @@ def _mem_mb(text):
 
 
 def _finish_job_row(row, gres_entries, req_text):
+    row.setdefault("cpu_time_s", None)
+    row.setdefault("max_rss_mb", None)
     gres_text, n_gpus, shards, indices = gres_from_tres(gres_entries)
-    decision_id, tokens = parse_horus_tokens(row["admin_comment"], row["comment"])
-    if not indices and tokens.get("gpus"):
-        indices = _gpus_token_indices(tokens["gpus"])
+    decision_id, tokens = parse_horus_tokens(row["admin_comment"])  # users write Comment: never from there
     row.update(
         gres_alloc=gres_text or None,
         gres_req=req_text or None,
@@ -132,9 +120,30 @@ def _finish_job_row(row, gres_entries, req_text):
         gpu_indices=_indices_text(indices),
         horus_id=decision_id,
         horus_tokens=json.dumps(tokens, sort_keys=True) if tokens else None,
-        job_class=job_class_of(row["name"], row["comment"], row["admin_comment"], tokens),
+        job_class=_known(job_class_of(comment=row["comment"])),
     )
     return row
+
+
+def apply_decision_token(row):
+    """A row whose ``horus:`` token names a decision the history holds: the token's class, and the
+    GPUs of its ``gpus=`` field when sacct recorded the allocation but no index (shards)."""
+    tokens = json.loads(row["horus_tokens"]) if row.get("horus_tokens") else {}
+    if tokens.get("class"):
+        row["job_class"] = tokens["class"]
+    if not row.get("gpu_indices") and tokens.get("gpus") and (row.get("n_gpus") or row.get("shards")):
+        row["gpu_indices"] = _indices_text(_gpus_token_indices(tokens["gpus"]))
+    return row
+
+
+def drop_decision_token(row):
+    """A row whose token names no decision the history holds: nothing of it is believed."""
+    row["horus_id"] = row["horus_tokens"] = None
+    return row
+
+
+def _known(job_class):
+    return None if job_class == UNKNOWN_CLASS else job_class
 
 
 # --- sacct --json (22.05, openapi dbv0.0.38) -------------------------------------------------
@@ -199,6 +208,58 @@ def _json_step_id(step, job_id):
     return ident[len(prefix):] if ident.startswith(prefix) else ident
 
 
+def _json_usage(steps):
+    """(CPU seconds, largest resident memory in MB) of a job from its steps, as seff reads them:
+    TotalCPU is the sum of the steps' user + system time, MaxRSS the largest step maximum."""
+    micros, rss = None, None
+    for step in steps:
+        total = _get(step, "time", "total")
+        if isinstance(total, dict) and (total.get("seconds") is not None or total.get("microseconds") is not None):
+            micros = (micros or 0) + _int(total.get("seconds"), 0) * 1000000 + _int(total.get("microseconds"), 0)
+        for item in _get(step, "tres", "requested", "max") or []:
+            if item.get("type") == "mem" and _int(item.get("count")) is not None:
+                rss = max(rss or 0.0, _int(item.get("count")) / (1024.0 * 1024.0))
+    # milliseconds, cut as sacct prints TotalCPU (so the sacct -P path reads the same number)
+    cpu = round(micros // 1000 / 1000.0, 3) if micros is not None else None
+    return cpu, (round(rss, 1) if rss is not None else None)
+
+
+def _parsable_seconds(text):
+    """sacct's TotalCPU: ``[D-][HH:]MM:SS[.mmm]`` -> seconds; None when empty."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    try:
+        seconds = sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
+        return seconds + (int(days) * 86400 if days else 0)
+    except ValueError:
+        return None
+
+
+def apply_usage(jobs, text):
+    """CPU time and MaxRSS from ``sacct -P -n -o JobIDRaw,TotalCPU,MaxRSS`` (the ``sacct -P`` path;
+    the JSON carries them in its steps): TotalCPU of the job line, the largest MaxRSS of its steps."""
+    cpu, rss = {}, {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 3:
+            continue
+        job_id = fields[0].split(".")[0]
+        if "." not in fields[0]:
+            cpu[job_id] = _parsable_seconds(fields[1])
+        memory = _mem_mb(fields[2])
+        if memory is not None:
+            rss[job_id] = max(rss.get(job_id, 0.0), memory)
+    for job in jobs:
+        key = str(job["job_id"])
+        if cpu.get(key) is not None:
+            job["cpu_time_s"] = round(cpu[key], 3)
+        if key in rss:
+            job["max_rss_mb"] = round(rss[key], 1)
+
+
 def job_rows_from_json(doc, now=None):
     """Parse a ``sacct --json`` document -> (job rows, step rows) as dicts keyed by column."""
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
@@ -244,6 +305,7 @@ def job_rows_from_json(doc, now=None):
             "admin_comment": _get(job, "comment", "administrator") or None,
         }
         req_text = gres_from_tres(req_gres)[0]
+        row["cpu_time_s"], row["max_rss_mb"] = _json_usage(job.get("steps") or [])
         jobs.append(_finish_job_row(row, gres_entries, req_text))
         for step in job.get("steps") or []:
             step_exit, step_signal = _exit(step.get("exit_code"))

@@ -15,6 +15,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ..private import make_private
 from ..store.db import transaction
 from . import procfs
 
@@ -87,6 +88,7 @@ class Spool:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            make_private(self.path)  # 0640 (and its -wal, -shm): the processes of every user's jobs
         self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")

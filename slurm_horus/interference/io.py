@@ -11,6 +11,7 @@ import math
 import re
 
 from ..errors import InputError
+from ..textfiles import csv_records, header_of
 from .base import Observation, SoloProfile
 from .classes import CLASS_NAME_RE
 
@@ -21,22 +22,18 @@ _PERCENT_COLUMNS = ("gpu_util", "mem_util")
 
 
 def _rows(path, required):
-    """Yield (line number, row dict) after checking the header; a missing file is an InputError."""
-    try:
-        handle = open(path, newline="")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    with handle:
-        reader = csv.DictReader(handle)
-        header = [name.strip() for name in (reader.fieldnames or [])]
-        missing = [name for name in required if name not in header]
-        if missing:
-            raise InputError(f"{path}:1: missing column(s): {', '.join(missing)}")
-        reader.fieldnames = header
-        for row in reader:
-            if None in row:  # more fields than the header names
-                raise InputError(f"{path}:{reader.line_num}: more fields than columns in the header")
-            yield reader.line_num, {k: (v or "").strip() for k, v in row.items()}
+    """Yield (line number, row dict) after checking the header; a missing file, or one that is not
+    UTF-8 text, is an InputError."""
+    reader, records = csv_records(path)
+    header = [name.strip() for name in (header_of(reader, path) or [])]
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise InputError(f"{path}:1: missing column(s): {', '.join(missing)}")
+    reader.fieldnames = header
+    for line, row in records:
+        if None in row:  # more fields than the header names
+            raise InputError(f"{path}:{line}: more fields than columns in the header")
+        yield line, {k: (v or "").strip() for k, v in row.items()}
 
 
 def _number(path, line, column, text, required):

@@ -25,6 +25,9 @@ def model_refit(db_path, predictor, gpu_type, as_json):
         return
     click.echo(f"model {result['model_id']} ({predictor}) fitted with {result['n_observations']} local "
                f"observations")
+    if result["rejected"] or result["held"]:
+        click.echo(f"left out: {len(result['rejected'])} outlier observations, {len(result['held'])} pairs that "
+                   "only one user observed far from Gavel's measurement")
     if result["n_observations"]:
         before, after = result["before"], result["after"]
         click.echo(f"error on local observations: MAE {before['mae']:.3f} -> {after['mae']:.3f}, "

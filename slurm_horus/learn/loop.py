@@ -9,7 +9,14 @@ when every co-runner is of one class, and only when the shared part is at least 
 of the run (a short overlap says little). The per-process utilization while sharing vs solo is kept
 alongside (``util_shared`` / ``util_solo``) as a second, independent sign of interference.
 
-Refit: the chosen predictor (default ``chain``) is fitted on the built-in priors plus the local
+Only what Slurm and the collector vouch for is learned from (issue 15): jobs for which sacct
+recorded a GPU or shard allocation and that the collector sampled on a GPU. Their class is what the
+user declared (``class=`` in the comment), so before a refit takes effect the observations of each
+pair are screened (:func:`screen_observations`): one far from the others is an outlier and dropped;
+each user has one vote (the median of their observations); and a pair that Gavel measured is not
+moved further than MAX_ONE_USER_SHIFT by the observations of a single user (held, and listed).
+
+Refit: the chosen predictor (default ``chain``) is fitted on the built-in priors plus the screened local
 observations (and local solo profiles from the collector), stored in ``models`` (store/models.py, the newest row is in force) with its error on the
 local observations before (the previously active model, or priors only) and after.
 """
@@ -20,10 +27,13 @@ from collections import defaultdict
 
 from ..store.db import transaction
 from ..store.models import load_model, save_model
-from ..store.queries import co_runs, jobs_since, sampled_gpus
+from ..store.queries import co_runs, holds_gpus, jobs_since, sampled_gpus
 
 MIN_SHARED_FRACTION = 0.2
 MIN_NORM_TPUT = 0.02
+OUTLIER_MADS = 3.0  # an observation further than this many (scaled) MADs from its pair's median ...
+OUTLIER_MIN_GAP = 0.1  # ... and at least this far is an outlier (a pair needs 3 observations for it)
+MAX_ONE_USER_SHIFT = 0.25  # how far one user's observations may move a pair Gavel measured
 
 _KNOWN_GPU_NAMES = ("h200", "h100", "a100", "a40", "a30", "a10", "l40s", "l4", "v100", "p100", "t4",
                     "k80", "rtx4090", "rtx3090", "rtx2080ti")
@@ -54,8 +64,9 @@ def _mean_util(db, job_id, shared):
 def derive_observations(db, default_gpu_type="v100", since=None, now=None):
     """Derive and store co-location observations; returns the list of stored rows (dicts)."""
     now = int(now if now is not None else time.time())
-    jobs = [j for j in jobs_since(db, since) if j["end_time"]]
+    jobs = [j for j in jobs_since(db, since) if j["end_time"] and holds_gpus(j)]
     sampled = sampled_gpus(db, [j["job_id"] for j in jobs])
+    jobs = [j for j in jobs if j["job_id"] in sampled]  # learn only from what the collector saw
     pairs = co_runs(jobs, sampled, now)
     by_id = {j["job_id"]: j for j in jobs}
     partners = defaultdict(dict)
@@ -96,23 +107,67 @@ def derive_observations(db, default_gpu_type="v100", since=None, now=None):
                 "util_solo": statistics.mean(solo_util[job["job_class"]]) if solo_util[job["job_class"]] else None,
                 "derived_at": now,
             })
-    if rows:
-        columns = list(rows[0])
-        sql = "INSERT OR REPLACE INTO observations ({}) VALUES ({})".format(
-            ", ".join(columns), ", ".join("?" * len(columns)))
-        with transaction(db) as conn:
+    with transaction(db) as conn:
+        if since is None:  # derived from the whole history: what an older rule derived goes
+            conn.execute("DELETE FROM observations")
+        if rows:
+            columns = list(rows[0])
+            sql = "INSERT OR REPLACE INTO observations ({}) VALUES ({})".format(
+                ", ".join(columns), ", ".join("?" * len(columns)))
             conn.executemany(sql, [tuple(r[c] for c in columns) for r in rows])
     return rows
 
 
-def local_observations(db):
-    """The stored observations, one per (gpu type, class, co-runner class): the mean."""
+def _stored_observations(db):
+    """Every stored observation with the user of its job."""
+    fields = ("gpu_type", "job_class", "corunner_class", "norm_tput", "job_id", "user")
+    rows = db.execute(
+        "SELECT o.gpu_type, o.job_class, o.corunner_class, o.norm_tput, o.job_id, j.user FROM observations o "
+        "LEFT JOIN jobs j ON j.cluster = o.cluster AND j.job_id = o.job_id ORDER BY 1, 2, 3, 5").fetchall()
+    return [dict(zip(fields, row)) for row in rows]
+
+
+def _measured_priors():
+    from ..interference import builtin_priors
+
+    return {(o.gpu_type, o.job_class, o.corunner_class): o.norm_tput for o in builtin_priors()[1]}
+
+
+def screen_observations(rows, measured):
+    """Observations (dicts: gpu_type, job_class, corunner_class, norm_tput, user) -> (one Observation per
+    pair, rejected outliers, held pairs); see the module docstring. ``measured``: {(gpu type, class,
+    co-runner): norm_tput} of the priors."""
     from ..interference import Observation
 
-    rows = db.execute(
-        "SELECT gpu_type, job_class, corunner_class, avg(norm_tput) FROM observations "
-        "GROUP BY gpu_type, job_class, corunner_class ORDER BY 1, 2, 3").fetchall()
-    return [Observation(*row) for row in rows]
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["gpu_type"], row["job_class"], row["corunner_class"])].append(row)
+    observations, rejected, held = [], [], []
+    for key, members in sorted(groups.items()):
+        if len(members) >= 3:
+            center = statistics.median(m["norm_tput"] for m in members)
+            spread = 1.4826 * statistics.median(abs(m["norm_tput"] - center) for m in members)
+            limit = max(OUTLIER_MADS * spread, OUTLIER_MIN_GAP)
+            far = [m for m in members if abs(m["norm_tput"] - center) > limit]
+            rejected += [dict(m, why=f"outlier: {center:.3f} is the median of {len(members)}") for m in far]
+            members = [m for m in members if m not in far]
+        by_user = defaultdict(list)
+        for member in members:
+            by_user[member.get("user")].append(member["norm_tput"])
+        value = statistics.median(statistics.median(values) for values in by_user.values())
+        prior = measured.get(key)
+        if prior is not None and len(by_user) < 2 and abs(value - prior) > MAX_ONE_USER_SHIFT:
+            held.append({"gpu_type": key[0], "job_class": key[1], "corunner_class": key[2],
+                         "observed": round(value, 4), "measured": prior, "users": len(by_user),
+                         "observations": len(members)})
+            continue
+        observations.append(Observation(*key, value))
+    return observations, rejected, held
+
+
+def local_observations(db):
+    """The stored observations after screening, one per (gpu type, class, co-runner class)."""
+    return screen_observations(_stored_observations(db), _measured_priors())[0]
 
 
 def local_profiles(db, default_gpu_type="v100"):
@@ -162,12 +217,16 @@ def refit(db, predictor="chain", default_gpu_type="v100", derive=True, now=None)
     now = int(now if now is not None else time.time())
     if derive:
         derive_observations(db, default_gpu_type, now=now)
-    observations = local_observations(db)
     prior_profiles, prior_observations = builtin_priors()
+    observations, rejected, held = screen_observations(
+        _stored_observations(db), {(o.gpu_type, o.job_class, o.corunner_class): o.norm_tput
+                                   for o in prior_observations})
     before_model = active_model(db) or build_model(predictor, prior_profiles, prior_observations)
     profiles = _merge_profiles(prior_profiles, local_profiles(db, default_gpu_type))
     after_model = build_model(predictor, profiles, list(prior_observations) + observations)
-    result = {"n_observations": len(observations), "predictor": predictor}
+    result = {"n_observations": len(observations), "predictor": predictor, "held": held,
+              "rejected": [{k: r[k] for k in ("gpu_type", "job_class", "corunner_class", "norm_tput", "job_id",
+                                              "user", "why")} for r in rejected]}
     if observations:
         result["before"] = evaluate(before_model, observations)
         result["after"] = evaluate(after_model, observations)

@@ -15,6 +15,9 @@ it is asked about and in what order:
 * **equivalence cache** — a request identical to one that did not fit since the last start is not
   asked again (the scheduling framework's equivalence class cache);
 * **reclaim** — a job the policy cannot place may have running jobs preempted for it (DeepBoot);
+* **slowdown limit** — a site's cap on a pair's predicted slowdown (horusd's ``slowdown_limit``):
+  a shared placement predicted to slow the job more is not made, and the job waits (``max_slowdown``;
+  the simulator applies it only when asked, so that it measures the site's setting too);
 * **context** — the clock, the number of waiting jobs, the GPUs and GPU-seconds they ask for.
 
 The cycle is pure: it reads a :class:`ClusterState` and a :class:`PendingQueue` and reports what to
@@ -39,6 +42,7 @@ from .state import ClusterState
 class CycleOptions:
     queue_depth: int = 100  # most jobs a cycle asks the policy about (Slurm's default_queue_depth)
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+    max_slowdown: Optional[float] = None  # a shared placement predicted slower than this waits (None: no cap)
 
 
 class PendingQueue:
@@ -223,8 +227,8 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
             continue  # a reclaim or the caller took it out meanwhile
         if not policy.share and req.n_gpus > state.n_free and not reclaiming:
             continue
-        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive,
-                 req.expected_duration() if with_duration else 0.0)
+        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.extra_partitions, req.gpu_type,
+                 req.mem_mb, req.exclusive, req.expected_duration() if with_duration else 0.0)
         if shape in failed:
             continue
         result.tried += 1
@@ -245,6 +249,11 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
                     preempt(victim)
                     result.preempted.append(victim)
                 decision = policy.decide(state, req, ctx, explain=explain)
+        if decision.placed and options.max_slowdown is not None and decision.shared \
+                and decision.predicted_slowdown > options.max_slowdown:
+            decision = Decision(req.job_id, False, decision.policy,
+                                reason=f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit",
+                                n_feasible=decision.n_feasible)
         if not decision.placed:
             failed.add(shape)
             result.waiting[req.job_id] = decision.reason

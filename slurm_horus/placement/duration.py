@@ -181,8 +181,8 @@ class DurationEstimator:
         """Feed finished jobs given as plain records (the history store's ``jobs`` rows).
 
         Keys read: ``user``, ``job_class``, ``elapsed_s`` (run time), ``state`` (only
-        :data:`COUNTED_STATES` count; a missing state counts), ``n_gpus`` (with ``gpu_only``, rows with
-        ``n_gpus`` == 0 are CPU jobs and skipped), ``end_time`` (records are taken in end order, so
+        :data:`COUNTED_STATES` count; a missing state counts), ``n_gpus`` and ``shards`` (with
+        ``gpu_only``, rows with ``n_gpus`` == 0 and no shard are CPU jobs and skipped), ``end_time`` (records are taken in end order, so
         "recent" means recently finished). Returns how many were observed.
         """
         rows = [r for r in records if _counts(r, gpu_only)]
@@ -289,8 +289,9 @@ def _counts(record: Mapping, gpu_only: bool) -> bool:
     state = str(record.get("state") or "").split(" ", 1)[0].upper()
     if state and state not in COUNTED_STATES:
         return False
-    if gpu_only and record.get("n_gpus") is not None and _number(record.get("n_gpus")) == 0:
-        return False
+    if gpu_only and record.get("n_gpus") is not None and _number(record.get("n_gpus")) == 0 \
+            and not _number(record.get("shards")) > 0:
+        return False  # a CPU job (a shard of a GPU counts as a GPU job)
     elapsed = _number(record.get("elapsed_s"))
     return elapsed > 0 and math.isfinite(elapsed)
 

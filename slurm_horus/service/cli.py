@@ -19,8 +19,13 @@ def serve(socket_path, policy, binding, tcp, log_file):
     from .app import Horusd
 
     config = load_config({"socket": socket_path, "policy": policy, "binding": binding, "tcp": tcp})
-    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    from ..private import OneLineFormatter, private_log_handler
+
+    if log_file:
+        handler = private_log_handler(log_file)  # 0640: decisions name users and their jobs
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
     root = logging.getLogger("horusd")
     root.addHandler(handler)
     root.setLevel(config.log_level.upper())
@@ -38,5 +43,5 @@ def doctor(slurm_conf):
         click.echo(f"{level}: {message}")
     if any(level == "error" for level, _ in problems):
         sys.exit(1)
-    if not problems:
+    if all(level == "info" for level, _ in problems):
         click.echo("ok: no problem found")

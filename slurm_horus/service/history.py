@@ -1,4 +1,5 @@
-"""horusd's link to the history database: record decisions, load the model in force, refit on a timer.
+"""horusd's link to the history database: record decisions, load the model in force, refit on a timer,
+feed the duration estimator (the run times of the finished jobs ``horus ingest`` stored).
 
 Nothing here runs on the decision path: decisions are queued and written by one background thread
 (SQLite connections stay in the thread that opened them), and a database that cannot be opened only
@@ -15,14 +16,19 @@ from .threads import run_in_background
 log = logging.getLogger("horusd")
 
 _STOP = object()
+DURATIONS_RELOAD_S = 300.0  # how often the duration estimator is fed again (horus-ingest.timer: 5 min)
+DURATION_JOBS = 20000  # the most recently ended GPU jobs it learns from (it keeps 10 per key)
 
 
 class History:
-    def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None):
+    def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None, on_durations=None,
+                 durations_s=DURATIONS_RELOAD_S):
         self.db_path = db_path
         self.refit_s = refit_s
         self.gpu_type = gpu_type
         self.on_refit = on_refit  # called after a refit stored a new model (horusd reloads)
+        self.on_durations = on_durations  # called with a freshly fed DurationEstimator
+        self.durations_s = durations_s
         self.pending = queue.Queue(maxsize=10000)
         self.recorded = 0
         self.failed = False
@@ -47,22 +53,45 @@ class History:
         log.info("horus: using stored model %s (%s, %s)", model_id, name, created)
         return model_from_dict(state)
 
+    # ---- durations ------------------------------------------------------------------------------
+    def duration_estimator(self, db=None):
+        """A DurationEstimator fed with the store's finished GPU jobs, or None when the store cannot
+        be read (horusd goes on with what it had: time limits only, at worst)."""
+        try:
+            from ..placement.duration import estimator_from_records
+            from ..store.db import open_db
+            from ..store.queries import finished_gpu_jobs
+
+            rows = finished_gpu_jobs(db if db is not None else open_db(self.db_path), DURATION_JOBS)
+        except Exception as exc:
+            log.warning("horus: cannot read run times from %s (%s); durations from time limits", self.db_path, exc)
+            return None
+        return estimator_from_records(rows)
+
+    def load_durations(self, db=None):
+        """Feed the estimator afresh and hand it over (``on_durations``)."""
+        estimator = self.duration_estimator(db)
+        if estimator is not None and self.on_durations is not None:
+            self.on_durations(estimator)
+        return estimator
+
     # ---- decisions ------------------------------------------------------------------------------
-    def record(self, message, reply):
-        if self.failed or reply.get("action") != "place" or message.get("dry_run"):
+    def record(self, user, reply):
+        """Queue the decision ``reply`` (its wire dict) made for ``user`` (dry runs are not recorded)."""
+        if self.failed or reply.get("action") != "place":
             return
         try:
-            self.pending.put_nowait((message, reply))
+            self.pending.put_nowait((user, reply))
         except queue.Full:
             pass  # the writer is far behind: losing a history row is better than blocking a decision
 
-    def _write(self, db, message, reply):
+    def _write(self, db, user, reply):
         from ..store.decisions import record_decision
 
         record_decision(
-            db, reply["id"], job_class=reply.get("class"), user=message.get("user"), policy=reply.get("policy"),
+            db, reply["id"], job_class=reply.get("class"), user=user, policy=reply.get("policy"),
             mode=reply.get("mode"), nodes=reply.get("nodes") or (), gpus=reply.get("gpus"),
-            predicted_slowdown=reply.get("predicted_slowdown"), corunners=reply.get("corunner_slowdowns"),
+            predicted_slowdown=reply.get("slowdown"), corunners=reply.get("corunner_slowdowns"),
             detail={"binding": reply.get("binding"), "tres": reply.get("tres"), "reason": reply.get("reason")})
         self.recorded += 1
 
@@ -76,6 +105,7 @@ class History:
             self.failed = True
             return
         next_refit = time.monotonic() + self.refit_s if self.refit_s > 0 else None
+        next_durations = time.monotonic() + self.durations_s if self.durations_s > 0 else None
         while not self._stopping.is_set():
             try:
                 item = self.pending.get(timeout=1.0)
@@ -91,6 +121,9 @@ class History:
             if next_refit is not None and time.monotonic() >= next_refit:
                 next_refit = time.monotonic() + self.refit_s
                 self._refit(db)
+            if next_durations is not None and time.monotonic() >= next_durations:
+                next_durations = time.monotonic() + self.durations_s
+                self.load_durations(db)
 
     def _refit(self, db):
         try:
@@ -105,8 +138,12 @@ class History:
         if self.on_refit is not None:
             self.on_refit()
 
-    def start(self):
-        self._thread = run_in_background(self._run, "horusd-history")
+    def start(self, on_death=None):
+        self._thread = run_in_background(self._run, "horusd-history", on_death=on_death)
+
+    def alive(self):
+        """The writer runs, or ended on purpose (stopped, or no usable database)."""
+        return self._thread is None or self._thread.is_alive() or self.failed or self._stopping.is_set()
 
     def stop(self, timeout=5.0):
         self._stopping.set()

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, check_output_path
 
 DEFAULT_POLICIES = "slurm-default,sjf,sjf-ffs,sjf-bsbf,horus-util,iasp-iapp,oracle,horus"
 TABLE_KEYS = (("makespan", "makespan"), ("mean_jct", "mean JCT"), ("p99_jct", "p99 JCT"),
@@ -35,14 +35,26 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _fmt(key: str, value: float, summary: dict) -> str:
+DURATION_UNITS = (("h", 3600.0), ("min", 60.0), ("s", 1.0))
+
+
+def _unit(seconds: float):
+    """One unit for a whole column of durations: hours from 10 h, minutes from 10 min, else seconds."""
+    for name, size in DURATION_UNITS:
+        if seconds >= 10 * size or size == 1.0:
+            return name, size
+    return "s", 1.0
+
+
+def _fmt(key: str, value: float, unit=("s", 1.0), summary=None) -> str:
     if key == "duration_mare":
-        return "exact" if summary.get("durations") == "oracle" else f"{value:.2f}"
+        return "exact" if (summary or {}).get("durations") == "oracle" else f"{value:.2f}"
     if key in ("effective_utilization", "bad_pair_share"):
         return f"{value:.3f}"
     if key == "oom_events":
         return str(int(value))
-    return f"{value / 3600:.2f}h" if value >= 36000 else f"{value:.0f}s"
+    name, size = unit
+    return f"{value / size:.2f} {name}" if size > 1 else f"{value:.0f} {name}"
 
 
 def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
@@ -50,10 +62,11 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
     header = ["policy"] + [label for _, label in TABLE_KEYS]
     rows = [header]
     base = summaries.get(baseline)
+    units = {key: _unit(max((s[key] for s in summaries.values()), default=0.0)) for key, _ in TABLE_KEYS}
     for name, summary in summaries.items():
         row = [name]
         for key, _ in TABLE_KEYS:
-            cell = _fmt(key, summary[key], summary)
+            cell = _fmt(key, summary[key], units[key], summary)
             if base is not None and name != baseline and key not in NO_RATIO and base[key]:
                 cell += f" ({summary[key] / base[key]:.2f}x)"
             row.append(cell)
@@ -92,12 +105,15 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
                    "(caps the estimates; not enforced)")
 @click.option("--default-duration", default=3600.0, show_default=True, type=float,
               help="estimate (s) for a job with no time limit before any job has finished")
+@click.option("--slowdown-limit", default=None, type=float,
+              help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
 @click.option("--jobs-csv", default=None, type=click.Path(dir_okay=False), help="per-job CSV")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: if a tty)")
-def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
-             single_gpu, holdout, durations, time_limit, default_duration, json_out, jobs_csv, report, progress):
+def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
+             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, slowdown_limit, json_out,
+             jobs_csv, report, progress):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
@@ -106,12 +122,17 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
     from .traces import read_trace, time_unit_warning
     from .truth import load_truth
 
+    for path, option in ((json_out, "--json"), (jobs_csv, "--jobs-csv"), (report, "--report")):
+        check_output_path(path, option)
     if time_limit is not None and not time_limit > 0:
         raise InputError("--time-limit must be positive")
     if not default_duration > 0:
         raise InputError("--default-duration must be positive")
+    if slowdown_limit is not None and not slowdown_limit >= 1.0:
+        raise InputError("--slowdown-limit must be at least 1")
     settings = DurationSettings(default_duration=default_duration)
-    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings)
+    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
+                         max_slowdown=slowdown_limit)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster)
     gpu_type = groups[0].gpu_type
@@ -137,14 +158,17 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
     payload = {"policies": summaries, "trace": str(trace_path), "cluster": cluster, "truth": truth,
                "seed": seed, "load": load, "jobs": len(jobs), "durations": knowledge,
                "ratios_to_slurm_default": _ratios(summaries)}
-    if json_out:
-        with open(json_out, "w") as handle:
-            json.dump(payload, handle, indent=2)
-    if jobs_csv:
-        write_jobs_csv(jobs_csv, results)
-    if report:
-        from .report import write_report
-        write_report(report, payload, results)
+    try:
+        if json_out:
+            with open(json_out, "w") as handle:
+                json.dump(payload, handle, indent=2)
+        if jobs_csv:
+            write_jobs_csv(jobs_csv, results)
+        if report:
+            from .report import write_report
+            write_report(report, payload, results)
+    except OSError as exc:
+        raise InputError(f"cannot write {exc.filename}: {exc.strerror}") from None
 
 
 def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:

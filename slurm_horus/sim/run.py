@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import InputError
+from ..textfiles import read_text
 from ..placement import ClassIndex, NodeGroup, PolicyModels, build_cluster, make_policy
 from .engine import SimOptions, SimResult, Simulator, assign_classes
 from .traces import TraceJob
@@ -48,13 +49,17 @@ def _cluster_file(path: Path, gpu_memory) -> List[NodeGroup]:
 
     if not path.exists():
         raise InputError(f"--cluster {path}: no such file")
-    text = path.read_text()
+    text = read_text(path)
     try:
         data = json.loads(text) if path.suffix == ".json" else _simple_yaml(text, path)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"{path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("groups") or [], list):
+        raise InputError(f"{path}: expected {{\"groups\": [...]}}")
     groups = []
     for k, g in enumerate(data.get("groups") or []):
+        if not isinstance(g, dict):
+            raise InputError(f"{path}: group {k + 1} is not a mapping")
         try:
             gpu_type = str(g["gpu_type"]).lower()
             groups.append(NodeGroup(int(g["nodes"]), int(g["gpus_per_node"]), gpu_type,
@@ -64,6 +69,12 @@ def _cluster_file(path: Path, gpu_memory) -> List[NodeGroup]:
                                     gpus_per_switch=int(g.get("gpus_per_switch", 2))))
         except KeyError as exc:
             raise InputError(f"{path}: group {k + 1} lacks key {exc.args[0]!r}") from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{path}: group {k + 1}: {exc}") from None
+        group = groups[-1]
+        if group.nodes <= 0 or group.gpus_per_node <= 0 or not math.isfinite(group.gpu_memory_mb) \
+                or group.gpu_memory_mb <= 0:
+            raise InputError(f"{path}: group {k + 1}: counts and memory must be positive")
     if not groups:
         raise InputError(f"{path}: no groups")
     return groups
@@ -117,9 +128,7 @@ def policy_models(truth: Truth, classes: ClassIndex, holdout: bool = True,
                 built[kind] = build_model(predictor, profiles, observations)
         return built[kind]
 
-    utilization = {(p.gpu_type, p.job_class): p.gpu_util for p in profiles if p.gpu_util is not None}
-    return PolicyModels(classes, factory, truth=truth.as_predictor(), utilization=utilization,
-                        default_kind=predictor)
+    return PolicyModels(classes, factory, truth=truth.as_predictor(), default_kind=predictor, profiles=profiles)
 
 
 def prepare_trace(trace: Sequence[TraceJob], truth: Truth, seed: int, load: float,
@@ -141,9 +150,12 @@ def prepare_trace(trace: Sequence[TraceJob], truth: Truth, seed: int, load: floa
 def run_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup], truth: Truth, policies: Sequence[str],
                  seed: int = 0, load: float = 1.0, holdout: bool = True, options: Optional[SimOptions] = None,
                  profiles_path: Optional[str] = None, predictor: str = "chain",
-                 predictor_factory: Optional[Callable] = None, max_jobs_per_gpu: int = 2,
+                 predictor_factory: Optional[Callable] = None, max_jobs_per_gpu: int = 3,
                  progress: Optional[Callable[[str, int, int], None]] = None) -> List[SimResult]:
-    """Simulate every policy on the same trace and cluster; results in the order given."""
+    """Simulate every policy on the same trace and cluster; results in the order given.
+
+    ``max_jobs_per_gpu`` is the cluster's sharing limit (3: Horus's); each policy applies its own
+    limit under it (2 for all but ``horus-util``)."""
     n_gpus = sum(g.nodes * g.gpus_per_node for g in groups)
     jobs = prepare_trace(trace, truth, seed, load, n_gpus)
     classes = ClassIndex(truth.classes)

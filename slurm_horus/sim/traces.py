@@ -28,7 +28,6 @@ Jobs without a model identity get ``job_class = None``; the simulator assigns cl
 table by seed.
 """
 
-import csv
 import datetime as dt
 import math
 import os
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import InputError
+from ..textfiles import csv_records, header_of, text_lines
 
 FORMATS = ("auto", "generic", "philly", "gavel", "pollux", "tiresias", "alibaba")
 TIME_UNITS = {"s": 1.0, "ms": 1000.0}  # --time-unit: the divisor that turns the trace's times into seconds
@@ -69,39 +69,53 @@ def _bad(path, line, message):
 
 def _number(path, line, row, key, kind=float, minimum=None):
     raw = row.get(key)
-    if raw is None or str(raw).strip() == "":
+    if not isinstance(raw, str) or raw.strip() == "":
         raise _bad(path, line, f"missing value for {key!r}")
     try:
-        value = kind(float(raw)) if kind is int else kind(raw)
+        value = float(raw)
     except ValueError:
         raise _bad(path, line, f"{key}={raw!r} is not a number") from None
-    if isinstance(value, float) and not math.isfinite(value):
+    if not math.isfinite(value):
         raise _bad(path, line, f"{key}={raw!r} is not finite")
+    if kind is int:
+        if not value.is_integer():
+            raise _bad(path, line, f"{key}={raw!r} is not a whole number")
+        value = int(value)
     if minimum is not None and value < minimum:
         raise _bad(path, line, f"{key}={raw!r} must be >= {minimum}")
     return value
 
 
+def _optional(path, line, row, key, kind=float, default=0, minimum=None):
+    """An optional numeric column: ``default`` when empty, else checked like :func:`_number`."""
+    raw = row.get(key)
+    if not isinstance(raw, str) or raw.strip() == "":
+        return default
+    return _number(path, line, row, key, kind, minimum)
+
+
+def _text(row, key):
+    value = row.get(key)
+    return value.strip() if isinstance(value, str) else ""
+
+
 def _csv_rows(path, required: Sequence[str]):
     """(line number, row dict) of a CSV with a header; checks the required columns."""
-    handle = open(path, newline="")
-    reader = csv.DictReader(handle)
-    if reader.fieldnames is None:
-        handle.close()
+    reader, records = csv_records(path)
+    names = header_of(reader, path)
+    if names is None:
         raise _bad(path, 1, "empty file (expected a CSV header)")
-    names = [n.strip() for n in reader.fieldnames]
+    names = [n.strip() for n in names]
     reader.fieldnames = names
     missing = [c for c in required if c not in names]
     if missing:
-        handle.close()
         raise _bad(path, 1, f"missing column(s) {', '.join(missing)} (header: {','.join(names)})")
 
     def rows():
-        with handle:
-            for row in reader:
-                if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
-                    continue
-                yield reader.line_num, row
+        for line, row in records:
+            if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+                continue
+            yield line, row
     return rows()
 
 
@@ -110,18 +124,17 @@ def read_generic(path, **_) -> List[TraceJob]:
     for line, row in _csv_rows(path, ("submit_time", "duration", "num_gpus")):
         duration = _number(path, line, row, "duration", minimum=0.0)
         num_gpus = _number(path, line, row, "num_gpus", int, minimum=1)
-        gpn = int(float(row.get("gpus_per_node") or 0))
+        gpn = _optional(path, line, row, "gpus_per_node", int, 0, minimum=0)
         if gpn and num_gpus % gpn:
             raise _bad(path, line, f"num_gpus={num_gpus} is not a multiple of gpus_per_node={gpn}")
-        limit = None
-        if (row.get("time_limit") or "").strip():
-            limit = _number(path, line, row, "time_limit", minimum=0.0) or None
+        limit = _optional(path, line, row, "time_limit", float, 0.0, minimum=0.0) or None
         jobs.append(TraceJob(
-            job_id=(row.get("job_id") or "").strip() or f"job{len(jobs)}",
+            job_id=_text(row, "job_id") or f"job{len(jobs)}",
             submit_time=_number(path, line, row, "submit_time", minimum=0.0), duration=duration,
-            num_gpus=num_gpus, gpus_per_node=gpn, job_class=(row.get("job_class") or "").strip() or None,
-            partition=(row.get("partition") or "").strip(), user=(row.get("user") or "").strip(),
-            mem_mb=float(row.get("mem_mb") or 0.0), time_limit=limit, source=f"{path}:{line}"))
+            num_gpus=num_gpus, gpus_per_node=gpn, job_class=_text(row, "job_class") or None,
+            partition=_text(row, "partition"), user=_text(row, "user"),
+            mem_mb=_optional(path, line, row, "mem_mb", float, 0.0, minimum=0.0), time_limit=limit,
+            source=f"{path}:{line}"))
     return jobs
 
 
@@ -129,12 +142,12 @@ def read_philly(path, **_) -> List[TraceJob]:
     raw = []
     for line, row in _csv_rows(path, ("timestamp", "duration", "num_gpus")):
         try:
-            stamp = dt.datetime.strptime(row["timestamp"].strip(), "%Y-%m-%d %H:%M:%S").timestamp()
-        except ValueError:
-            raise _bad(path, line, f"timestamp={row['timestamp']!r} is not YYYY-MM-DD HH:MM:SS") from None
+            stamp = dt.datetime.strptime(_text(row, "timestamp"), "%Y-%m-%d %H:%M:%S").timestamp()
+        except (ValueError, OverflowError, OSError):
+            raise _bad(path, line, f"timestamp={row.get('timestamp')!r} is not YYYY-MM-DD HH:MM:SS") from None
         duration = _number(path, line, row, "duration", minimum=0.0)
         num_gpus = _number(path, line, row, "num_gpus", int, minimum=1)
-        raw.append((stamp, duration, num_gpus, (row.get("cluster") or "").strip(), line))
+        raw.append((stamp, duration, num_gpus, _text(row, "cluster"), line))
     if not raw:
         return []
     start = min(r[0] for r in raw)
@@ -147,31 +160,30 @@ def read_gavel(path, solo_tput: Optional[Callable[[str], Optional[float]]] = Non
     from ..interference import gavel_class
 
     jobs = []
-    with open(path) as handle:
-        for line, text in enumerate(handle, 1):
-            text = text.rstrip("\n")
-            if not text.strip():
-                continue
-            fields = text.split("\t")
-            if len(fields) == 7:
-                job_type, steps_raw, arrival_raw, scale_raw = fields[0], fields[4], fields[5], fields[6]
-            elif len(fields) == 10:
-                job_type, steps_raw, scale_raw, arrival_raw = fields[0], fields[5], fields[6], fields[9]
-            else:
-                raise _bad(path, line, f"{len(fields)} tab-separated fields (Gavel traces have 7 or 10)")
-            row = {"total_steps": steps_raw, "arrival_time": arrival_raw, "scale_factor": scale_raw}
-            steps = _number(path, line, row, "total_steps", minimum=0.0)
-            arrival = _number(path, line, row, "arrival_time")
-            scale = _number(path, line, row, "scale_factor", int, minimum=1)
-            try:
-                job_class = gavel_class(job_type)
-            except ValueError as exc:
-                raise _bad(path, line, str(exc)) from None
-            tput = solo_tput(job_class) if solo_tput else None
-            if not tput:
-                raise _bad(path, line, f"unknown class {job_class!r} (no solo throughput in the truth/profiles)")
-            jobs.append(TraceJob(f"gavel{len(jobs)}", max(0.0, arrival), steps / tput, scale,
-                                 job_class=job_class, source=f"{path}:{line}"))
+    for line, text in enumerate(text_lines(path), 1):
+        text = text.rstrip("\r\n")
+        if not text.strip():
+            continue
+        fields = text.split("\t")
+        if len(fields) == 7:
+            job_type, steps_raw, arrival_raw, scale_raw = fields[0], fields[4], fields[5], fields[6]
+        elif len(fields) == 10:
+            job_type, steps_raw, scale_raw, arrival_raw = fields[0], fields[5], fields[6], fields[9]
+        else:
+            raise _bad(path, line, f"{len(fields)} tab-separated fields (Gavel traces have 7 or 10)")
+        row = {"total_steps": steps_raw, "arrival_time": arrival_raw, "scale_factor": scale_raw}
+        steps = _number(path, line, row, "total_steps", minimum=0.0)
+        arrival = _number(path, line, row, "arrival_time")
+        scale = _number(path, line, row, "scale_factor", int, minimum=1)
+        try:
+            job_class = gavel_class(job_type)
+        except ValueError as exc:
+            raise _bad(path, line, str(exc)) from None
+        tput = solo_tput(job_class) if solo_tput else None
+        if not tput:
+            raise _bad(path, line, f"unknown class {job_class!r} (no solo throughput in the truth/profiles)")
+        jobs.append(TraceJob(f"gavel{len(jobs)}", max(0.0, arrival), steps / tput, scale,
+                             job_class=job_class, source=f"{path}:{line}"))
     return jobs
 
 
@@ -222,7 +234,7 @@ class PolluxApplications:
             f = self.dir / app / "placements.csv"
             if f.exists():
                 for line, row in _csv_rows(f, ("placement", "local_bsz", "step_time", "sync_time")):
-                    table.setdefault(row["placement"].strip(), []).append(
+                    table.setdefault(_text(row, "placement"), []).append(
                         (_number(f, line, row, "local_bsz"), _number(f, line, row, "step_time"),
                          _number(f, line, row, "sync_time")))
             self._placements[app] = table
@@ -269,12 +281,12 @@ def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
     for line, row in _csv_rows(path, ("name", "time", "application", "num_replicas", "batch_size")):
         replicas = _number(path, line, row, "num_replicas", int, minimum=1)
         submit = _number(path, line, row, "time", minimum=0.0)
-        app = row["application"].strip()
-        num_task = float(row.get("num_task") or -1)
+        app = _text(row, "application")
+        num_task = _optional(path, line, row, "num_task", float, -1.0)
         if num_task >= 0 or app.startswith("infer"):
             duration = _number(path, line, row, "duration", minimum=0.0)
             model = app.split("-")[1] if app.count("-") >= 1 else app
-            jobs.append(TraceJob(row["name"].strip(), submit, duration, replicas, job_class=f"infer-{model}",
+            jobs.append(TraceJob(_text(row, "name"), submit, duration, replicas, job_class=f"infer-{model}",
                                  partition="infer", kind="infer", source=f"{path}:{line}"))
             continue
         if apps is None:
@@ -283,7 +295,7 @@ def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
         duration = pollux_duration(apps, app, replicas, batch)
         if duration is None:
             raise _bad(path, line, f"unknown application {app!r} (no traces under {apps.dir / app})")
-        jobs.append(TraceJob(row["name"].strip(), submit, duration, replicas, job_class=None,
+        jobs.append(TraceJob(_text(row, "name"), submit, duration, replicas, job_class=None,
                              partition="train" if "num_task" in row else "", source=f"{path}:{line}",
                              extra={"application": app}))
     return jobs
@@ -294,8 +306,8 @@ def read_tiresias(path, time_unit: str = "s", **_) -> List[TraceJob]:
     divisor = _time_divisor(time_unit)
     jobs = []
     for line, row in _csv_rows(path, ("num_gpu", "submit_time", "duration")):
-        model = (row.get("model_name") or "").strip()
-        jobs.append(TraceJob((row.get("job_id") or "").strip() or f"job{len(jobs)}",
+        model = _text(row, "model_name")
+        jobs.append(TraceJob(_text(row, "job_id") or f"job{len(jobs)}",
                              _number(path, line, row, "submit_time", minimum=0.0) / divisor,
                              _number(path, line, row, "duration", minimum=0.0) / divisor,
                              _number(path, line, row, "num_gpu", int, minimum=1),
@@ -329,12 +341,12 @@ def read_alibaba(path, **_) -> List[TraceJob]:
             continue  # CPU-only pod
         milli = _number(path, line, row, "gpu_milli", minimum=0.0)
         created = _number(path, line, row, "creation_time")
-        started = float(row.get("scheduled_time") or created) if (row.get("scheduled_time") or "").strip() else created
+        started = _optional(path, line, row, "scheduled_time", float, created)
         deleted = _number(path, line, row, "deletion_time")
         if deleted < started:
             raise _bad(path, line, f"deletion_time {deleted} before start {started} (negative duration)")
         fraction = min(1.0, milli / 1000.0) if num_gpu == 1 and milli else 1.0
-        raw.append(TraceJob(row["name"].strip(), created, deleted - started, num_gpu, gpu_fraction=fraction,
+        raw.append(TraceJob(_text(row, "name"), created, deleted - started, num_gpu, gpu_fraction=fraction,
                             source=f"{path}:{line}"))
     if raw:
         first = min(j.submit_time for j in raw)
@@ -351,8 +363,7 @@ def guess_format(path) -> str:
     path = Path(path)
     if path.suffix == ".trace":
         return "gavel"
-    with open(path, newline="") as handle:
-        header = handle.readline().strip().lower()
+    header = next(text_lines(path), "").strip().lower()
     cols = set(c.strip() for c in header.split(","))
     if "\t" in header:
         return "gavel"

@@ -7,48 +7,21 @@ sacct's start/end times.
 """
 
 import heapq
-import re
 import time
 from collections import defaultdict
 from functools import lru_cache
 
-_BRACKET = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<body>[^\]]*)\](?P<suffix>.*)$")
-
-
-def expand_nodelist(text):
-    """``n[1-3,5],gpu7`` -> [n1, n2, n3, n5, gpu7] (the hostlist forms sacct prints)."""
-    return list(_expand_nodelist(text or ""))
+from ..errors import InputError
+from ..hostlist import expand_hostlist
 
 
 @lru_cache(maxsize=4096)
 def _expand_nodelist(text):
-    if not text:
-        return ()
-    names, depth, current = [], 0, ""
-    parts = []
-    for char in text:
-        depth += char == "["
-        depth -= char == "]"
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
-    for part in filter(None, (p.strip() for p in parts)):
-        match = _BRACKET.match(part)
-        if not match:
-            names.append(part)
-            continue
-        for item in match.group("body").split(","):
-            low, sep, high = item.partition("-")
-            if sep and low.isdigit() and high.isdigit():
-                width = len(low)
-                names.extend(f"{match.group('prefix')}{i:0{width}d}{match.group('suffix')}"
-                             for i in range(int(low), int(high) + 1))
-            else:
-                names.append(f"{match.group('prefix')}{item}{match.group('suffix')}")
-    return tuple(names)
+    """``n[1-3,5],gpu7`` -> (n1, n2, n3, n5, gpu7), cached: the reports expand the same lists often."""
+    try:
+        return tuple(expand_hostlist(text))
+    except InputError:  # a stored row with a list no Slurm prints: keep it as one name
+        return (text,)
 
 
 @lru_cache(maxsize=4096)
@@ -77,6 +50,19 @@ def jobs_since(db, since=None, until=None, where="", params=(), fields=JOB_FIELD
     return [dict(zip(fields, row)) for row in db.execute(sql, args)]
 
 
+DURATION_FIELDS = ("user", "job_class", "elapsed_s", "state", "n_gpus", "shards", "end_time")
+
+
+def finished_gpu_jobs(db, limit=20000):
+    """The ``limit`` GPU jobs (whole GPUs or shards) that ended last, oldest first: the run times the
+    duration estimator learns from (``placement.duration.estimator_from_records``)."""
+    sql = (f"SELECT {', '.join(DURATION_FIELDS)} FROM jobs WHERE end_time IS NOT NULL AND elapsed_s > 0 "
+           "AND (n_gpus > 0 OR shards > 0) ORDER BY end_time DESC LIMIT ?")
+    rows = [dict(zip(DURATION_FIELDS, row)) for row in db.execute(sql, (int(limit),))]
+    rows.reverse()
+    return rows
+
+
 def sampled_gpus(db, job_ids=None):
     """{job_id: {(node, gpu_index)}} from the collector's per-job rows."""
     held = defaultdict(set)
@@ -95,10 +81,16 @@ def _chunks(items, size):
         yield items[offset: offset + size]
 
 
+def holds_gpus(job):
+    """sacct recorded a GPU (or shard) allocation for the job: the only jobs placed on GPUs here."""
+    return bool(job.get("n_gpus") or job.get("shards"))
+
+
 def job_gpus(job, sampled=None):
-    """The (node, index) pairs a job held: sacct's indices on each node, plus sampled ones."""
+    """The (node, index) pairs a job held: the stored indices on each node (of a job sacct recorded
+    GPUs for: an older ingest read them from users' comments too), plus sampled ones."""
     pairs = set()
-    indices = parse_indices(job.get("gpu_indices"))
+    indices = parse_indices(job.get("gpu_indices")) if holds_gpus(job) else ()
     for node in _expand_nodelist(job.get("nodes") or ""):
         for index in indices:
             pairs.add((node, index))

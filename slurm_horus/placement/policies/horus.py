@@ -86,9 +86,10 @@ class Horus(Policy):
         free = resident < 0
         first_free = int(np.argmax(free)) if free.any() else -1
         if not pressure(cycle) and req.n_gpus <= state.n_free:
-            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
+            cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
             if first_free < 0:
-                return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy")
+                return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy",
+                                n_feasible=len(cycle.idx))
             return self._decision_at(cycle, [first_free])
         jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
         need_c = ok_c | bsbf_c
@@ -115,15 +116,16 @@ class Horus(Policy):
                                 or (self.free_score == best_value and first_free < best_pos)):
             return self._decision_at(cycle, [first_free])
         if best_pos < 0:
-            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing")
+            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+                            n_feasible=len(cycle.idx))
         return self._decision_at(cycle, [best_pos])
 
     def score_gpus(self, cycle):
         free = cycle.free
         busy = pressure(cycle)
         if not busy and cycle.req.n_gpus <= cycle.state.n_free:
-            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
-            return np.where(free, 1e9, NEG_INF)
+            cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
+            return np.where(free, self.free_score, NEG_INF)  # only free GPUs qualify: first fit
         if len(cycle.state.gpu_types) == 1:
             score, ok = self._score_by_class(cycle)
         else:
@@ -179,10 +181,22 @@ class Horus(Policy):
         """Per resident class (trailing entry: a free GPU): the job's and the resident's predicted
         throughputs, the class-level tests (``ok_c``: combined, known-pair threshold, min_tput,
         window; ``bsbf_c``: the short-next-to-long exception's class part) and the score of a
-        qualifying GPU (a free GPU's: ``free_score``)."""
+        qualifying GPU (a free GPU's: ``free_score``). Kept for the cycle (``ctx.extra``) until the
+        pair table learns something: they depend on the class, the table and the window only."""
         state = cycle.state
         c = cycle.class_id
         mat = self.pairs.matrix(state.gpu_types[0])
+        cache = cycle.ctx.extra.setdefault("_class_tests", {})
+        key = (id(self), c, id(mat), len(mat), self.pairs.n_observations)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self._compute_class_tests(cycle, c, mat)
+            for array in found:
+                array.flags.writeable = False  # shared by the cycle's decisions
+        return found
+
+    def _compute_class_tests(self, cycle, c, mat):
+        state = cycle.state
         jt = np.append(mat[c], 1.0)
         rt = np.append(mat[:, c], 1.0)
         combined = jt + rt
@@ -222,12 +236,12 @@ class Horus(Policy):
         name = gpu_type or state.gpu_types[0]
         cache = cycle.ctx.extra.setdefault("_best_partner", {})
         mat = self.pairs.matrix(name)
-        best = cache.get(name)
+        best = cache.get((id(self), name))
         if best is None or len(best) != len(mat) + 1:
             w = np.asarray(window)
             # trailing 0: a free GPU (resident -1) has no partner to keep it for
             best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
-            cache[name] = best
+            cache[(id(self), name)] = best
         return best
 
     def _best_partner(self, cycle, window):
