@@ -51,17 +51,16 @@ class PendingQueue:
     Job ids are unique; adding a job that is already queued replaces it (horusd re-reads its queue
     from squeue). ``gpus`` and ``work`` are the GPUs and expected GPU-seconds of all waiting jobs.
 
-    The sorted list of keys is maintained lazily: removing a job leaves its key in the list (a stale
-    entry, skipped wherever the list is read, and dropped when stale entries outnumber live ones),
-    so that a job taken out and put back with the same key (a duration estimate refreshed without
-    changing a FIFO order, a squeue re-read) costs two dictionary operations instead of two shifts
-    of a list of thousands.
+    Removing a job takes its key out of the sorted list only when the list is next read: a job taken
+    out and put back with the same key meanwhile (a duration estimate refreshed without changing a
+    FIFO order, a squeue re-read) costs two dictionary operations instead of two shifts of a list of
+    thousands.
     """
 
     def __init__(self, policy: Policy):
         self.policy = policy
-        self._keys: List[tuple] = []  # sorted (policy key, job id), live and stale
-        self._listed = set()  # the keys in ``_keys`` (no key twice)
+        self._keys: List[tuple] = []  # sorted (policy key, job id); may still hold the keys in _gone
+        self._gone: Dict[str, tuple] = {}  # job id -> key removed from _jobs, not yet from _keys
         self._jobs: Dict[str, Tuple[tuple, JobRequest]] = {}
         self.gpus = 0
         self.work = 0.0
@@ -70,11 +69,11 @@ class PendingQueue:
         if req.job_id in self._jobs:
             self.remove(req.job_id)
         key = (self.policy.queue_key(req), req.job_id)
-        if key not in self._listed:
-            if len(self._keys) > 64 and len(self._keys) > 2 * len(self._jobs):
-                self._compact()
+        old = self._gone.pop(req.job_id, None)
+        if old != key:
+            if old is not None:
+                del self._keys[bisect.bisect_left(self._keys, old)]
             bisect.insort(self._keys, key)
-            self._listed.add(key)
         self._jobs[req.job_id] = (key, req)
         n = req.gpus_per_node * req.nodes
         self.gpus += n
@@ -84,26 +83,28 @@ class PendingQueue:
         found = self._jobs.pop(job_id, None)
         if found is None:
             return None
-        req = found[1]
+        key, req = found
+        self._gone[job_id] = key
         n = req.gpus_per_node * req.nodes
         self.gpus -= n
         self.work -= req.expected_duration() * n
         if not self._jobs:
             self.gpus, self.work = 0, 0.0  # no float drift across an empty queue
-            self._keys, self._listed = [], set()
+            self._keys, self._gone = [], {}
         return req
 
-    def _compact(self):
-        jobs = self._jobs
-        self._keys = [k for k in self._keys if jobs.get(k[1], (None,))[0] == k]
-        self._listed = set(self._keys)
+    def _flush(self) -> List[tuple]:
+        """The sorted keys of the waiting jobs only (removals applied)."""
+        if self._gone:
+            keys = self._keys
+            for key in self._gone.values():
+                del keys[bisect.bisect_left(keys, key)]
+            self._gone.clear()
+        return self._keys
 
     def live_keys(self) -> List[tuple]:
         """The keys of the waiting jobs, in queue order (a new list)."""
-        jobs = self._jobs
-        if len(self._keys) == len(jobs):
-            return list(self._keys)
-        return [k for k in self._keys if jobs.get(k[1], (None,))[0] == k]
+        return list(self._flush())
 
     def get(self, job_id: str) -> Optional[JobRequest]:
         found = self._jobs.get(job_id)
@@ -122,14 +123,7 @@ class PendingQueue:
 
     def head(self, n: int) -> List[JobRequest]:
         jobs = self._jobs
-        out = []
-        for key in self._keys:
-            found = jobs.get(key[1])
-            if found is not None and found[0] == key:
-                out.append(found[1])
-                if len(out) >= n:
-                    break
-        return out
+        return [jobs[key[1]][1] for key in self._flush()[:n]]
 
 
 @dataclass
