@@ -181,6 +181,22 @@ def test_cli_compares_policies_and_writes_outputs(tmp_path):
     assert "<svg" in html and "horus" in html
 
 
+def test_cli_time_unit_ms(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                     + "".join(f"{k},1,{k * 1000},1,m,{7200000 + k * 1000},0\n" for k in range(4)))
+    args = ["--trace", str(trace), "--cluster", "1x2:v100", "--policy", "slurm-default", "--no-progress",
+            "--json", str(tmp_path / "s.json")]
+    read_as_s = CliRunner().invoke(simulate, args)
+    assert read_as_s.exit_code == 0, read_as_s.output
+    assert "look like milliseconds" in read_as_s.output
+    makespan_s = json.loads((tmp_path / "s.json").read_text())["policies"]["slurm-default"]["makespan"]
+    read_as_ms = CliRunner().invoke(simulate, args + ["--time-unit", "ms"])
+    assert read_as_ms.exit_code == 0 and "milliseconds" not in read_as_ms.output
+    makespan_ms = json.loads((tmp_path / "s.json").read_text())["policies"]["slurm-default"]["makespan"]
+    assert makespan_ms == pytest.approx(makespan_s / 1000)
+
+
 @pytest.mark.parametrize("rows,message", [
     (["j1,0,100,1,a3c", "j2,5,-3,1,a3c"], ":3: duration='-3' must be >= 0.0"),
     (["j1,0,100,1,nosuchclass"], ":2: unknown class 'nosuchclass'"),

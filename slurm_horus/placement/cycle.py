@@ -28,6 +28,8 @@ start a job says so, and the job stays queued.
 
 import bisect
 import itertools
+
+import numpy as np
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -48,11 +50,17 @@ class PendingQueue:
 
     Job ids are unique; adding a job that is already queued replaces it (horusd re-reads its queue
     from squeue). ``gpus`` and ``work`` are the GPUs and expected GPU-seconds of all waiting jobs.
+
+    Removing a job takes its key out of the sorted list only when the list is next read: a job taken
+    out and put back with the same key meanwhile (a duration estimate refreshed without changing a
+    FIFO order, a squeue re-read) costs two dictionary operations instead of two shifts of a list of
+    thousands.
     """
 
     def __init__(self, policy: Policy):
         self.policy = policy
-        self._keys: List[tuple] = []  # sorted (policy key, job id)
+        self._keys: List[tuple] = []  # sorted (policy key, job id); may still hold the keys in _gone
+        self._gone: Dict[str, tuple] = {}  # job id -> key removed from _jobs, not yet from _keys
         self._jobs: Dict[str, Tuple[tuple, JobRequest]] = {}
         self.gpus = 0
         self.work = 0.0
@@ -61,22 +69,42 @@ class PendingQueue:
         if req.job_id in self._jobs:
             self.remove(req.job_id)
         key = (self.policy.queue_key(req), req.job_id)
-        bisect.insort(self._keys, key)
+        old = self._gone.pop(req.job_id, None)
+        if old != key:
+            if old is not None:
+                del self._keys[bisect.bisect_left(self._keys, old)]
+            bisect.insort(self._keys, key)
         self._jobs[req.job_id] = (key, req)
-        self.gpus += req.n_gpus
-        self.work += req.expected_duration() * req.n_gpus
+        n = req.gpus_per_node * req.nodes
+        self.gpus += n
+        self.work += req.expected_duration() * n
 
     def remove(self, job_id: str) -> Optional[JobRequest]:
         found = self._jobs.pop(job_id, None)
         if found is None:
             return None
         key, req = found
-        del self._keys[bisect.bisect_left(self._keys, key)]
-        self.gpus -= req.n_gpus
-        self.work -= req.expected_duration() * req.n_gpus
+        self._gone[job_id] = key
+        n = req.gpus_per_node * req.nodes
+        self.gpus -= n
+        self.work -= req.expected_duration() * n
         if not self._jobs:
             self.gpus, self.work = 0, 0.0  # no float drift across an empty queue
+            self._keys, self._gone = [], {}
         return req
+
+    def _flush(self) -> List[tuple]:
+        """The sorted keys of the waiting jobs only (removals applied)."""
+        if self._gone:
+            keys = self._keys
+            for key in self._gone.values():
+                del keys[bisect.bisect_left(keys, key)]
+            self._gone.clear()
+        return self._keys
+
+    def live_keys(self) -> List[tuple]:
+        """The keys of the waiting jobs, in queue order (a new list)."""
+        return list(self._flush())
 
     def get(self, job_id: str) -> Optional[JobRequest]:
         found = self._jobs.get(job_id)
@@ -86,16 +114,16 @@ class PendingQueue:
         return job_id in self._jobs
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._jobs)
 
     def __iter__(self) -> Iterator[JobRequest]:
         """Waiting jobs in queue order."""
         jobs = self._jobs
-        return (jobs[key[1]][1] for key in list(self._keys))
+        return (jobs[key[1]][1] for key in self.live_keys())
 
     def head(self, n: int) -> List[JobRequest]:
         jobs = self._jobs
-        return [jobs[key[1]][1] for key in self._keys[:n]]
+        return [jobs[key[1]][1] for key in self._flush()[:n]]
 
 
 @dataclass
@@ -113,6 +141,17 @@ def has_room(state: ClusterState, policy: Policy) -> bool:
     if ((state.gpu_nplain == 0) & (state.gpu_used > 0) & (state.gpu_used < state.gpu_cap)).any():
         return True  # a fraction of a GPU is left
     return policy.share and bool((state.gpu_njobs < min(state.max_jobs_per_gpu, policy.max_jobs_per_gpu)).any())
+
+
+def nodes_with_room(state: ClusterState, policy: Policy) -> "np.ndarray":
+    """Per node: how many of its GPUs could take one more job under ``policy`` at all (free, or with
+    a free slot and no exclusive job). Partitions and memory only remove GPUs from this."""
+    limit = min(state.max_jobs_per_gpu, policy.max_jobs_per_gpu) if policy.share else 1
+    if limit <= 1:
+        return state.node_free
+    njobs = state.gpu_njobs
+    open_gpu = (njobs == 0) | ((njobs < limit) & ~state.gpu_exclusive)
+    return np.bincount(state.gpu_node[open_gpu], minlength=len(state.nodes))
 
 
 def may_reclaim(policy: Policy) -> bool:
@@ -133,7 +172,7 @@ def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
     The order is fixed now (a snapshot of the queue, the guard's threshold); a job that has left the
     queue by the time the walk reaches it comes out as None.
     """
-    keys = list(queue._keys)  # the cycle removes the jobs it starts: walk a snapshot
+    keys = queue.live_keys()  # the cycle removes the jobs it starts: walk a snapshot
     jobs = queue._jobs
     k = len(keys)
     if type(policy).urgent_duration is not Policy.urgent_duration and keys:
@@ -142,7 +181,8 @@ def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
         while k > 0 and jobs[keys[k - 1][1]][1].expected_duration() >= threshold:
             k -= 1
     positions = itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))
-    return ((found[1] if found is not None else None) for found in (jobs.get(keys[i][1]) for i in positions))
+    return ((found[1] if found is not None and found[0] == keys[i] else None)
+            for i, found in ((i, jobs.get(keys[i][1])) for i in positions))
 
 
 def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
@@ -170,6 +210,12 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
         ctx.extra["window"] = [classes.id(req.job_class) for req in queue.head(options.window)]
     failed = set()  # request shapes that did not fit since the last start (equivalence cache)
     with_duration = policy.uses_duration
+    # a multi-GPU job needs ``nodes`` nodes with ``gpus_per_node`` GPUs that can take a job: when too
+    # few nodes have them, every policy's pipeline answers "wait" (its filter and select only narrow
+    # this down), so the answer is given without running it (the count is redone after a start)
+    roomy: Dict[int, int] = {}  # gpus_per_node -> nodes with that many GPUs with room
+    prune = not reclaiming and not explain
+    width = state.node_gpu_table.shape[1]
     for req in order:
         if result.tried >= options.queue_depth:
             break
@@ -183,6 +229,15 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
         if shape in failed:
             continue
         result.tried += 1
+        k = req.gpus_per_node
+        if prune and req.nodes * k > 1:
+            if k not in roomy:
+                roomy[k] = 0 if k > width else int((nodes_with_room(state, policy) >= k).sum())
+            if roomy[k] < req.nodes:
+                failed.add(shape)
+                result.waiting[req.job_id] = "not enough nodes with free or shareable GPUs"
+                state.classes.id(req.job_class)  # as a decision would: the class is known from now on
+                continue
         decision = policy.decide(state, req, ctx, explain=explain)
         if not decision.placed and reclaiming:
             victims = policy.reclaim(state, req, ctx)
@@ -201,6 +256,7 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
             result.waiting[req.job_id] = decision.reason
         elif start(req, decision):
             failed.clear()
+            roomy.clear()
             queue.remove(req.job_id)
             result.started.append((req, decision))
             ctx.n_waiting -= 1

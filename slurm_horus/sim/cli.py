@@ -86,6 +86,8 @@ def text_table(rows) -> str:
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="trace file")
 @click.option("--trace-format", default="auto",
               type=click.Choice(["auto", "generic", "philly", "gavel", "pollux", "tiresias", "alibaba"]))
+@click.option("--time-unit", default="s", show_default=True, type=click.Choice(["s", "ms"]),
+              help="unit of the submit times and durations of a Tiresias-format trace")
 @click.option("--traces-dir", default=None, help="application traces of a Pollux/Sia/DeepBoot workload")
 @click.option("--cluster", default="16x4:v100", show_default=True,
               help="NODESxGPUS:TYPE[@PARTITION][,...] or a JSON/YAML file")
@@ -121,15 +123,15 @@ def text_table(rows) -> str:
 @click.option("--shuffle-seed", default=None, type=int, help="with --no-departure: seed of the draw / order")
 @click.option("--gpu-memory-mb", "gpu_memory", multiple=True, metavar="MODEL=MB",
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
-def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
-             single_gpu, holdout, durations, time_limit, default_duration, slowdown_limit, json_out, jobs_csv, report,
-             progress, no_departure, inflate, shuffle_seed, gpu_memory):
+def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
+             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, slowdown_limit, json_out,
+             jobs_csv, report, progress, no_departure, inflate, shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
     from .metrics import summarize, write_jobs_csv
     from .run import parse_cluster, run_policies
-    from .traces import read_trace
+    from .traces import read_trace, time_unit_warning
     from .truth import load_truth
 
     for path, option in ((json_out, "--json"), (jobs_csv, "--jobs-csv"), (report, "--report")):
@@ -150,8 +152,11 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster, _gpu_memory(gpu_memory))
     gpu_type = groups[0].gpu_type
-    jobs = read_trace(trace_path, trace_format, traces_dir=traces_dir,
+    jobs = read_trace(trace_path, trace_format, traces_dir=traces_dir, time_unit=time_unit,
                       solo_tput=lambda cls: truth_model.solo_tput(cls, gpu_type))
+    warning = time_unit_warning(jobs)
+    if warning:
+        click.echo(f"{trace_path}: {warning}", err=True)
     if single_gpu:
         jobs = [j for j in jobs if j.num_gpus == 1]
     if max_jobs:

@@ -17,6 +17,9 @@ get done. Formats (``--trace-format``; ``auto`` guesses from the header / extens
   application's traces (see :func:`pollux_duration`); DeepBoot inference rows (``num_task`` ≥ 0)
   keep their ``duration`` and go to the ``infer`` partition.
 * ``tiresias``: Tiresias / Muri CSV (``job_id,num_gpu,submit_time,iterations,model_name,duration,...``).
+  Some public traces in this format store times in milliseconds: ``time_unit="ms"`` (``--time-unit
+  ms``) divides submit times and durations by 1,000; :func:`time_unit_warning` says when durations
+  read as seconds look like milliseconds.
 * ``alibaba``: Alibaba GPU v2023 pod list (``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,
   ...,creation_time,deletion_time,scheduled_time``): every pod, CPU-only ones included; a pod asking
   ``gpu_milli`` < 1000 of one GPU is a fractional request (``gpu_milli``), others ask whole GPUs;
@@ -37,6 +40,10 @@ from ..errors import InputError
 from ..textfiles import csv_records, header_of, text_lines
 
 FORMATS = ("auto", "generic", "philly", "gavel", "pollux", "tiresias", "alibaba")
+TIME_UNITS = {"s": 1.0, "ms": 1000.0}  # --time-unit: the divisor that turns the trace's times into seconds
+# A median run time above a day, read as seconds, is far outside any published DL trace (Philly,
+# Helios, Alibaba, Tiresias: minutes to hours) and is what a trace in milliseconds looks like.
+MS_SUSPECT_MEDIAN = 86400.0
 
 
 @dataclass
@@ -302,16 +309,36 @@ def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
     return jobs
 
 
-def read_tiresias(path, **_) -> List[TraceJob]:
+def read_tiresias(path, time_unit: str = "s", **_) -> List[TraceJob]:
+    """Tiresias CSV; ``time_unit`` (``s`` or ``ms``) is the unit of its submit times and durations."""
+    divisor = _time_divisor(time_unit)
     jobs = []
     for line, row in _csv_rows(path, ("num_gpu", "submit_time", "duration")):
         model = _text(row, "model_name")
         jobs.append(TraceJob(_text(row, "job_id") or f"job{len(jobs)}",
-                             _number(path, line, row, "submit_time", minimum=0.0),
-                             _number(path, line, row, "duration", minimum=0.0),
+                             _number(path, line, row, "submit_time", minimum=0.0) / divisor,
+                             _number(path, line, row, "duration", minimum=0.0) / divisor,
                              _number(path, line, row, "num_gpu", int, minimum=1),
                              job_class=None, source=f"{path}:{line}", extra={"model": model} if model else {}))
     return jobs
+
+
+def _time_divisor(time_unit: str) -> float:
+    if time_unit not in TIME_UNITS:
+        raise InputError(f"time unit {time_unit!r}: expected one of {', '.join(TIME_UNITS)}")
+    return TIME_UNITS[time_unit]
+
+
+def time_unit_warning(jobs: Sequence[TraceJob]) -> Optional[str]:
+    """A warning when the durations read (in seconds) look like milliseconds, else None."""
+    durations = sorted(j.duration for j in jobs if j.kind == "train")
+    if not durations:
+        return None
+    median = durations[len(durations) // 2]
+    if median < MS_SUSPECT_MEDIAN:
+        return None
+    return (f"warning: the median job duration is {median:,.0f} s ({median / 86400:.1f} days): "
+            f"the trace's times look like milliseconds (use --time-unit ms if they are)")
 
 
 def read_alibaba(path, **_) -> List[TraceJob]:
@@ -380,6 +407,13 @@ def read_trace(path, fmt: str = "auto", **options) -> List[TraceJob]:
         fmt = guess_format(path)
     if fmt not in READERS:
         raise InputError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
+    unit = options.pop("time_unit", "s")
+    _time_divisor(unit)
+    if unit != "s":
+        if fmt != "tiresias":
+            raise InputError(f"{path}: --time-unit {unit} applies to Tiresias-format traces only "
+                             f"(this one reads as {fmt})")
+        options["time_unit"] = unit
     jobs = READERS[fmt](path, **options)
     for job in jobs:
         if job.duration < 0:
