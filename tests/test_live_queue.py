@@ -150,8 +150,7 @@ def test_horusd_estimates_run_times_from_its_history_store(clean):
     kept = {cls: submit(clean, cls, seconds=2, extra=["-t", "10"]) for cls in ("resnet18-bs32", "lm-bs20")}
     assert wait_until(lambda: kept_now(clean, list(kept.values())), 10)
     user = next(j.user for j in clean.queue() if j.job_id == kept["lm-bs20"])
-    os.environ["HORUS_CONFIG"] = str(clean.horus_config)
-    db = open_db(load_config().db)
+    db = open_db(load_config(path=str(clean.horus_config), environ={}).db)
     runs = [("resnet18-bs32", 30), ("resnet18-bs32", 40), ("resnet18-bs32", 50), ("lm-bs20", 900), ("lm-bs20", 1500)]
     db["jobs"].insert_all([{"cluster": "history", "job_id": 9000 + k, "user": user, "job_class": cls, "state": "COMPLETED",
                             "elapsed_s": run, "end_time": 1000 + k, "n_gpus": 0, "shards": 1}
