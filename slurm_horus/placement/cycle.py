@@ -14,7 +14,8 @@ it is asked about and in what order:
 * **queue depth** — at most ``queue_depth`` decisions per cycle (Slurm's ``default_queue_depth``);
 * **equivalence cache** — a request identical to one that did not fit since the last start is not
   asked again (the scheduling framework's equivalence class cache);
-* **reclaim** — a job the policy cannot place may have running jobs preempted for it (DeepBoot);
+* **reclaim** — a job the policy cannot place may have running jobs preempted for it, or shrunk
+  (:class:`~.elastic.Shrink`: an elastic job gives some GPUs back and keeps running; DeepBoot);
 * **context** — the clock, the number of waiting jobs, the GPUs and GPU-seconds they ask for.
 
 The cycle is pure: it reads a :class:`ClusterState` and a :class:`PendingQueue` and reports what to
@@ -27,6 +28,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+from .elastic import Shrink
 from .framework import Policy, SchedulingContext
 from .request import Decision, JobRequest
 from .state import ClusterState
@@ -97,6 +99,7 @@ class PendingQueue:
 class CycleResult:
     started: List[Tuple[JobRequest, Decision]] = field(default_factory=list)
     preempted: List[str] = field(default_factory=list)  # running job ids the policy reclaimed
+    shrunk: List[Shrink] = field(default_factory=list)  # GPUs taken back from running elastic jobs
     tried: int = 0  # decisions asked of the policy
     waiting: Dict[str, str] = field(default_factory=dict)  # job id -> why it still waits (tried ones)
 
@@ -132,7 +135,8 @@ def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
 def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
               start: Callable[[JobRequest, Decision], bool],
               preempt: Optional[Callable[[str], None]] = None,
-              options: Optional[CycleOptions] = None, explain: bool = False) -> CycleResult:
+              options: Optional[CycleOptions] = None, explain: bool = False,
+              shrink: Optional[Callable[[Shrink], None]] = None) -> CycleResult:
     """One scheduling pass over ``queue`` at time ``now``.
 
     ``start(req, decision)`` applies a placed decision; it returns True when the job left the queue
@@ -140,7 +144,8 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
     it could not be applied (the job stays queued). A started job must be in ``state`` when
     ``start`` returns: the next decision of the cycle sees it. ``preempt(job_id)`` takes a running job
     off its GPUs (and requeues it, if the caller wants it back) when the policy reclaims GPUs; without
-    it, nothing is reclaimed.
+    it, nothing is reclaimed. ``shrink(Shrink)`` takes some GPUs from a running elastic job, which
+    keeps the rest; a caller without it preempts the whole job instead.
     """
     options = options or CycleOptions()
     result = CycleResult()
@@ -171,8 +176,13 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
             victims = policy.reclaim(state, req, ctx)
             if victims:
                 for victim in victims:
-                    preempt(victim)
-                    result.preempted.append(victim)
+                    if isinstance(victim, Shrink) and shrink is not None:
+                        shrink(victim)
+                        result.shrunk.append(victim)
+                    else:
+                        victim = victim.job_id if isinstance(victim, Shrink) else victim
+                        preempt(victim)
+                        result.preempted.append(victim)
                 decision = policy.decide(state, req, ctx, explain=explain)
         if not decision.placed:
             failed.add(shape)

@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .elastic import ElasticSpec
+
 
 @dataclass
 class JobRequest:
@@ -20,6 +22,8 @@ class JobRequest:
     submit_time: float = 0.0
     exclusive: bool = False  # the user asked for whole GPUs
     extra_partitions: Tuple[str, ...] = ()  # partitions it may borrow from (DeepBoot lending)
+    application: str = ""  # what it runs (DeepBoot: an inference pod kept warm serves one application)
+    elastic: Optional[ElasticSpec] = None  # resizable: the scheduler picks its replica count
 
     @property
     def n_gpus(self) -> int:

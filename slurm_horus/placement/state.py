@@ -11,6 +11,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .elastic import ElasticSpec
+
 
 class ClassIndex:
     """Job class names <-> small integer ids (ids grow as new classes are seen)."""
@@ -47,6 +49,12 @@ class RunningJob:
     user: str = ""
     partition: str = ""
     class_id: int = -1
+    application: str = ""
+    elastic: Optional[ElasticSpec] = None  # resizable training job (the policy may shrink or grow it)
+    # an idle inference pod kept warm on its GPU for ``pod_app`` (DeepBoot's lifecycle): protected from
+    # other jobs until ``protect_until``, then asleep (anyone may take the GPU)
+    pod_app: str = ""
+    protect_until: float = 0.0
 
 
 @dataclass

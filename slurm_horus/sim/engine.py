@@ -1,6 +1,7 @@
 """Discrete-event simulation of one policy on one trace.
 
-Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot). Between events every
+Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot), timers of a policy's
+runtime (DeepBoot's allocation rounds, stalls and pods: ``sim/elastic.py``). Between events every
 running job progresses at its **true** normalized throughput for its co-runner set (a multi-GPU job at
 its slowest GPU); when a set changes, the affected jobs' remaining work is settled and their
 completion events are re-issued (stale ones are skipped by a version number). The policy decides
@@ -21,10 +22,11 @@ from ..placement import JobRequest
 from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
 from ..placement.framework import Policy
 from ..placement.state import ClusterState
+from .elastic import DeepBootOptions, runtime_for
 from .traces import TraceJob
 from .truth import Truth
 
-FINISH, ARRIVAL = 0, 1  # at equal times completions go first: capacity frees before arrivals look
+FINISH, ARRIVAL, TIMER = 0, 1, 2  # at equal times completions go first: capacity frees before arrivals look
 BAD_PAIR = 0.85
 
 
@@ -63,6 +65,7 @@ class SimOptions:
     queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
     max_timeline: int = 600  # points kept for the utilization plot
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
+    deepboot: Optional[DeepBootOptions] = None  # costs and rounds of DeepBoot's runtime (sim/elastic.py)
 
 
 @dataclass
@@ -76,6 +79,7 @@ class SimResult:
     preemptions: int
     observations: int
     start_time: float
+    runtime: Dict[str, int] = None  # counters of the policy's runtime (DeepBoot: resizes, shrinks...)
 
 
 class Simulator:
@@ -109,6 +113,7 @@ class Simulator:
         self.n_observations = 0
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
+        self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
 
     @staticmethod
     def _request(t: TraceJob, width: int) -> JobRequest:
@@ -147,9 +152,12 @@ class Simulator:
         while self.heap:
             t = self.heap[0][0]
             self._advance(t)
-            changed = False
+            changed = timers = False
             while self.heap and self.heap[0][0] == t:
                 _, kind, _, idx, version = heapq.heappop(self.heap)
+                if kind == TIMER:
+                    timers = True
+                    continue
                 job = self.jobs[idx]
                 if kind == ARRIVAL:
                     self._enqueue(job)
@@ -159,6 +167,8 @@ class Simulator:
                     changed = True
             if changed and self.queue:
                 self._schedule()
+            if timers and self.ext.on_timer(self.now) and self.queue:
+                self._schedule()
             self.timeline.append((self.now, self.state.busy_gpus(), self.work_rate))
             if self.progress and self.done >= next_report:
                 self.progress(self.done, total)
@@ -167,10 +177,16 @@ class Simulator:
             self.progress(self.done, total)
         return SimResult(self.policy.name, self.jobs, self.state.n_gpus, self.busy_gpu_time,
                          _thin(self.timeline, self.options.max_timeline), self.oom_events, self.preemptions,
-                         self.n_observations, start)
+                         self.n_observations, start, self.ext.summary() if self.ext else {})
+
+    def push_timer(self, t: float):
+        """Wake the policy's runtime at ``t`` (``ext.on_timer``)."""
+        self._push(t, TIMER, -1)
 
     # ---- queue ----------------------------------------------------------------------------------
     def _enqueue(self, job: SimJob):
+        if self.ext is not None and self.ext.enqueue(job):
+            return  # the runtime keeps it (DeepBoot: elastic jobs wait for the next round)
         self.queue.add(job.req)
 
     def _schedule(self):
@@ -179,7 +195,7 @@ class Simulator:
         run_cycle(self.state, self.policy, self.queue, self.now,
                   start=lambda req, decision: self._start(jobs[req.job_id], decision),
                   preempt=(lambda job_id: self._preempt(jobs[job_id])) if self.may_reclaim else None,
-                  options=self.cycle_options)
+                  options=self.cycle_options, shrink=self.ext.shrink if self.ext is not None else None)
 
     @property
     def jobs_by_id(self) -> Dict[str, SimJob]:
@@ -193,6 +209,8 @@ class Simulator:
         state = self.state
         gpus = decision.gpu_ids
         cls = job.req.job_class
+        if self.ext is not None:
+            self.ext.before_start(job, decision)
         # OOM check against the truth: the new job fails at start, the residents are unharmed
         for g in gpus:
             if state.gpu_njobs[g]:
@@ -228,11 +246,12 @@ class Simulator:
 
     def _jobs_on(self, gpus) -> List[SimJob]:
         seen, out = set(), []
+        running = self.running_by_id
         for g in gpus:
             for jid in self.state.gpu_jobs[g]:
-                if jid not in seen:
+                if jid not in seen and jid in running:  # (not a runtime's holder: DeepBoot's idle pods)
                     seen.add(jid)
-                    out.append(self.running_by_id[jid])
+                    out.append(running[jid])
         return out
 
     def _settle(self, job: SimJob):
@@ -264,6 +283,8 @@ class Simulator:
             if len(residents) == 2:
                 other = classes[1] if residents[0] == job.req.job_id else classes[0]
                 pair = (state.gpu_type_of(g), other)
+        if self.ext is not None:
+            rate *= self.ext.speed(job)
         return rate, shared, pair
 
     def _refresh(self, jobs: Sequence[SimJob]):
@@ -303,19 +324,31 @@ class Simulator:
         return self._jobs_on(gpus)
 
     def _finish(self, job: SimJob):
+        gpus = self.state.jobs[job.req.job_id].gpus
         others = self._stop(job)
         job.work = 0.0
         job.end = self.now
         self.done += 1
         self._refresh(others)
+        if self.ext is not None:
+            self.ext.finished(job, gpus)
 
     def _preempt(self, job: SimJob):
         others = self._stop(job)
         job.preemptions += 1
         self.preemptions += 1
-        job.work += self.options.restart_cost
+        job.work += self.ext.preempt_work(job) if self.ext is not None else self.options.restart_cost
         self._refresh(others)
         self._enqueue(job)
+
+    def _resize(self, job: SimJob, gpus):
+        """Move a running elastic job onto ``gpus`` (exclusive GPUs: nobody else's rate changes); the
+        caller refreshes its rate."""
+        self._settle(job)
+        running = self.state.release(job.req.job_id)
+        running.gpus = tuple(gpus)
+        self.state.place(running)
+        job.gpu_types = tuple(self.state.gpu_type_of(g) for g in gpus)
 
 
 def _thin(points: List[tuple], limit: int) -> List[tuple]:

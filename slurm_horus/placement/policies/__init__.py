@@ -88,8 +88,11 @@ def make_policy(spec: str, models: PolicyModels):
         return IaspIapp(models.pairs("mlp"), similarity_pairs=models.pairs("cf"), **_coerce(IaspIapp, raw))
     if name in ("deepboot", "deepboot-nolend"):
         options = _coerce(DeepBoot, raw)
-        if name == "deepboot-nolend":
+        if "lend" in options:
+            options["lend"] = str(options["lend"]).lower() in ("1", "true", "yes", "on")
+        if name == "deepboot-nolend":  # the baseline: rigid jobs in their own partition
             options["lend"] = False
+            options.setdefault("elastic", False)
         policy = DeepBoot(**options)
         policy.name = name
         return policy
