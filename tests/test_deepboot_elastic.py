@@ -227,6 +227,18 @@ def test_time_to_target_reads_goodput_off_the_traces(tmp_path):
     assert apps.time_to_target("toy", [4, 4, 4, 4, 4]) == math.inf  # 20 replicas: no batch size splits that far
 
 
+def test_wider_placements_come_from_scalability_csv(tmp_path):
+    apps = write_app(tmp_path)
+    (tmp_path / "traces" / "toy" / "scalability.csv").write_text(
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n6,6,16,2.0,1.0\n6,6,64,3.0,1.0\n"
+        "16,16,16,9.0,8.0\n")
+    assert apps.step_rows("toy", [1, 1, 1, 1, 1]) == [(16.0, 2.0, 1.0), (64.0, 3.0, 1.0)]  # nearest: 6 × 1
+    assert apps.step_rows("toy", [1] * 15) == [(16.0, 9.0, 8.0)]
+    assert apps.step_rows("toy", [2, 4]) == apps.step_rows("toy", [4, 2])  # placements.csv, by its key
+    # 5 replicas, batch 256: 52 per GPU, step time interpolated between 16 and 64
+    assert apps.time_to_target("toy", [1] * 5) == pytest.approx(300 * (2.0 + (52 - 16) / 48 * 1.0))
+
+
 def workload(tmp_path, rows):
     write_app(tmp_path)
     path = tmp_path / "workloads" / "w.csv"

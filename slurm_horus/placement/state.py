@@ -81,6 +81,7 @@ class ClusterState:
         self.gpu_types: List[str] = []
         self.partition_names: List[str] = []
         self.jobs: Dict[str, RunningJob] = {}
+        self.pod_ids: set = set()  # jobs that are idle inference pods (``RunningJob.pod_app``)
         self._gpu_lists = {k: [] for k in ("node", "index", "type", "mem", "group")}
         self._node_partitions: List[Tuple[str, ...]] = []
         self._built = False
@@ -181,6 +182,8 @@ class ClusterState:
             raise ValueError(f"job {job.job_id} already placed")
         job.class_id = self.classes.id(job.job_class)
         self.jobs[job.job_id] = job
+        if job.pod_app:
+            self.pod_ids.add(job.job_id)
         for g in job.gpus:
             if self.gpu_njobs[g] == 0:
                 self.gpu_class0[g] = job.class_id
@@ -197,6 +200,7 @@ class ClusterState:
     def release(self, job_id: str) -> RunningJob:
         """Forget ``job_id`` (finished, failed or preempted) and free its share of its GPUs."""
         job = self.jobs.pop(job_id)
+        self.pod_ids.discard(job_id)
         for g in job.gpus:
             residents = self.gpu_jobs[g]
             residents.remove(job_id)

@@ -79,7 +79,7 @@ class DeepBoot(Policy):
     # ---- inference pods -------------------------------------------------------------------------
     @staticmethod
     def pods(state: ClusterState) -> List[RunningJob]:
-        return [job for job in state.jobs.values() if job.pod_app]
+        return [state.jobs[job_id] for job_id in sorted(state.pod_ids)]
 
     @staticmethod
     def pod_free_for(pod: RunningJob, application: str, now: float) -> bool:
