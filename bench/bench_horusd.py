@@ -1,4 +1,4 @@
-"""Decision latency inside horusd: p50/p99 of Placer.place() on a synthetic large cluster.
+"""Decision latency inside horusd: p50/p99 of reading a request and Placer.place() on a synthetic large cluster.
 
 1,024 nodes x 8 GPUs, 8,000 running jobs of the built-in Gavel classes (so most GPUs are busy and
 half of them already shared), then 2,000 single-GPU requests of random known classes with the
@@ -17,6 +17,7 @@ from slurm_horus.interference import build_model, builtin_priors, gpu_memory_mb
 from slurm_horus.placement.policies import PolicyModels, make_policy
 from slurm_horus.placement.state import ClusterState, RunningJob
 from slurm_horus.service.daemon import Placer
+from slurm_horus.service.protocol import parse_request
 
 
 def synthetic_placer(policy_name, nodes=1024, gpus_per_node=8, running=8000, seed=0):
@@ -49,14 +50,14 @@ def main():
         message = {"op": "place", "gpus_per_node": 1, "num_nodes": 1, "job_class": rng.choice(classes),
                    "user": "bench", "time_limit_min": rng.choice([30, 60, 240])}
         started = time.perf_counter()
-        reply = placer.place(message)
+        reply = placer.place(parse_request(message))  # what horusd does with a line: read it, decide
         elapsed = time.perf_counter() - started
         if i >= warm:
             latencies.append(elapsed * 1e3)
-            placed += reply["action"] == "place"
+            placed += reply.placed
         if len(placer.ledger) > 200:  # jobs finish: keep the cluster busy but not full
-            for decision_id in list(placer.ledger)[:100]:
-                entry = placer.ledger.pop(decision_id)
+            for decision_id in list(placer.ledger.entries)[:100]:
+                entry = placer.ledger.remove(decision_id)
                 placer.state.release(entry.job.job_id)
     lat = np.array(latencies)
     print(json.dumps({

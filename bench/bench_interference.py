@@ -37,7 +37,7 @@ from shared_data import LUCID_GPU, load_lucid, shared_data_dir  # noqa: E402
 from slurm_horus.interference import PREDICTORS, build_model, builtin_priors, gpu_memory_mb  # noqa: E402
 from slurm_horus.interference.evaluate import predict_observations, score  # noqa: E402
 
-ORDER = ("measured", "utilization", "cf", "mlp", "chain")
+ORDER = ("measured", "utilization", "cf", "ncf", "mlp", "mlp-deep", "chain")
 assert set(ORDER) == set(PREDICTORS)
 
 

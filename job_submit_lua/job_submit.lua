@@ -3,8 +3,11 @@ slurm-horus job_submit.lua (Lua 5.1, runs inside slurmctld).
 
 For every GPU job it asks the placement service horusd (Unix socket, hard timeout) where the job
 should go, and rewrites the job to exactly that node and those GPUs (typed GRES gpu:gK or shard:gK),
-appending a `horus:` token to admin_comment. It FAILS OPEN: on any error, timeout, odd reply or
-unhandled job kind the job goes through untouched. It never rejects a job for its own reasons.
+appending a `horus:` token to admin_comment. When horusd cannot place the job now it may answer
+"keep": the job gets a movable shape (gres:shard:1 or gres:gpu:N) and a begin time a lease ahead,
+and horusd starts it later where its scheduling cycle places it; if horusd is gone, the lease runs
+out and Slurm starts the job itself. It FAILS OPEN: on any error, timeout, odd reply or unhandled
+job kind the job goes through untouched. It never rejects a job for its own reasons.
 
 slurmctld holds its job read lock while this runs and has no timeout of its own, so every socket
 operation has a deadline (timeout_ms, default 100 ms). Settings come from the slurm-horus site file
@@ -137,12 +140,20 @@ function horus.gpu_request(job)
   return nil
 end
 
--- Should horus decide for this job? Returns true, or false and the reason (logged).
-function horus.should_handle(job, conf)
+-- Should horus decide for this job? Returns true, or false and the reason (logged). Left alone:
+-- what horus cannot place right (arrays, heterogeneous jobs, a job waiting on another job or on a
+-- begin time or a reservation of its own, a GPU type the user named) and, unless the site says
+-- otherwise, explicit nodelists and --exclusive. ``now``: the epoch (os.time()).
+function horus.should_handle(job, conf, now)
   local request, why = horus.gpu_request(job)
   if request == nil then return false, why or "no gpu" end
   if job.array_inx ~= nil and job.array_inx ~= "" then return false, "job array" end
   if job.het_job_offset ~= nil and is_set_number(job.het_job_offset) then return false, "heterogeneous job" end
+  if job.dependency ~= nil and job.dependency ~= "" then return false, "dependency" end
+  if is_set_number(job.begin_time) and job.begin_time > (now or os.time()) then
+    return false, "begin time set by the user"
+  end
+  if job.reservation ~= nil and job.reservation ~= "" then return false, "reservation" end
   if (job.req_nodes ~= nil and job.req_nodes ~= "") and not conf.handle_nodelist then
     return false, "explicit nodelist"
   end
@@ -180,7 +191,8 @@ local function json_value(value)
 end
 horus.json_value = json_value
 
-local HINT_NAMES = { "HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES" }
+local HINT_NAMES = { "HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES",
+  "HORUS_OFF" }
 
 -- A batch job's environment as a Lua table ({} for srun/salloc or when unreadable). slurmctld
 -- builds the whole table on each access of job.environment, so read it once per submission.
@@ -196,10 +208,10 @@ local function env_value(env, name)
   return nil
 end
 
--- The job class horusd would read from this job (twin: slurm_horus/service/daemon.py job_class_of).
+-- The job class horusd would read from this job (twin: slurm_horus/jobclass.py job_class_of).
 function horus.job_class(env, comment)
   local name = env_value(env, "HORUS_CLASS")
-  if not name then
+  if not name or name == "" then
     local model = env_value(env, "HORUS_MODEL")
     if model and model ~= "" then
       name = string.lower(model)
@@ -215,6 +227,38 @@ function horus.job_class(env, comment)
   end
   if not name or name == "" or not string.match(name, "^[%w_%.%-]+$") then return "unknown" end
   return name
+end
+
+-- The user opted out (horus-sbatch --horus-off, HORUS_OFF=1 in the job's environment, or the word
+-- horus=off in --comment): the job goes to Slurm untouched and is never shared
+-- (twin: slurm_horus/service/lua_twin.py opted_out; horusd applies the same rule).
+function horus.opted_out(env, comment)
+  local off = env_value(env, "HORUS_OFF")
+  if off and to_bool(trim(off)) then return true end
+  for word in string.gmatch(comment or "", "[^%s,;]+") do
+    local value = string.match(word, "^horus=(%a+)$")
+    if value and (string.lower(value) == "off" or string.lower(value) == "no") then return true end
+  end
+  return false
+end
+
+-- A GPU job left to Slurm (an array, --nodelist, --exclusive, a GPU index of the user's choice,
+-- opted out...) may start on a GPU horusd would give the next job before horusd sees it in the
+-- queue: horusd is told (no answer awaited) and pins nothing until its next look at the queue.
+-- Returns that line, or nil for a job that asks for no GPU (twin: lua_twin.left_message).
+function horus.left_message(job, submit_uid, why)
+  local gpus = horus.count_gpus(job.tres_per_node) + horus.count_gpus(job.tres_per_job)
+    + horus.count_gpus(job.tres_per_task)
+  if gpus == 0 then return nil end
+  return json_value({ op = "left", uid = submit_uid, user = job.user_name, reason = why })
+end
+
+-- An offer is where a 1-GPU job of a class would go on any GPU: only a job asking for just that
+-- (one GPU on one node, of no particular type, in no particular partition) may take one
+-- (twin: lua_twin.offer_fits).
+function horus.offer_fits(job, request, conf)
+  return conf.offers == true and request.gpus_per_node == 1 and request.nodes == 1 and request.gpu_type == nil
+    and (job.partition == nil or job.partition == "")
 end
 
 -- horusd publishes, beside its socket, where a 1-GPU job of each class would go now:
@@ -271,6 +315,8 @@ function horus.build_request(job, submit_uid, request, env)
     time_limit_min = is_set_number(job.time_limit) and job.time_limit or nil,
     exc_nodes = job.exc_nodes,
     hints = hints,
+    keep = true, -- this script can keep the job for horusd's queue (horus.keep)
+    held = job.priority == 0, -- sbatch -H: it waits for its user, not for GPUs
   }
   return json_value(message)
 end
@@ -303,6 +349,7 @@ function horus.parse_reply(line, conf)
   local reply, why = horus.parse_kv(line)
   if not reply then return nil, why end
   if reply.action == "unchanged" then return reply end
+  if reply.action == "keep" then return horus.parse_keep(reply) end
   if reply.action ~= "place" then return nil, "unknown action" end
   if not reply.nodes or not string.match(reply.nodes, "^[%w%-%.%[%],]+$") then return nil, "bad nodes" end
   if not reply.tres or not string.match(reply.tres, "^[%w:/=,_%-]+$") then return nil, "bad tres" end
@@ -314,14 +361,54 @@ function horus.parse_reply(line, conf)
   return reply
 end
 
+-- The job's GPUs become ``tres`` per node; the user's other GPU spellings (--gpus, --gpus-per-task) go.
+local function set_tres_per_node(job, tres)
+  job.tres_per_node = tres
+  if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
+  if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+end
+
+-- Append a token to admin_comment (never overwrite it: jobstats keeps its JS1: summary there).
+local function add_token(job, token)
+  local previous = job.admin_comment
+  if previous ~= nil and previous ~= "" then
+    job.admin_comment = previous .. " " .. token
+  else
+    job.admin_comment = token
+  end
+  return token
+end
+
+-- A "keep" reply: horusd queues the job and will place it itself. The kept shape (``tres``) must be
+-- one horusd can move later: an untyped shard (gres:shard:1) or untyped whole GPUs per node
+-- (gres:gpu:N); the lease (seconds) bounds how long the job waits for horusd: then Slurm starts it.
+function horus.parse_keep(reply)
+  local bad = check_token_fields(reply)
+  if bad then return nil, bad end
+  local tres = reply.tres or ""
+  if not (tres == "gres:shard:1" or string.match(tres, "^gres:gpu:%d+$")) then
+    return nil, "bad kept tres"
+  end
+  local lease = string.match(reply.lease or "", "^%d+$") and tonumber(reply.lease) or nil
+  if lease == nil or lease < 1 or lease > 3600 then return nil, "bad lease" end
+  return reply
+end
+
+-- Keep the job for horusd: its kept shape, a begin time ``lease`` seconds ahead (Slurm will not
+-- start it before; horusd renews the lease while it lives and starts the job where it decides),
+-- and the token "horus:<id> mode=kept class=<class>". Returns the token.
+function horus.keep(job, reply, now)
+  set_tres_per_node(job, reply.tres)
+  job.begin_time = (now or os.time()) + tonumber(reply.lease)
+  return add_token(job, "horus:" .. reply.id .. " mode=kept class=" .. (reply.class or "unknown"))
+end
+
 -- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
 -- admin_comment token (appended, never overwritten: jobstats keeps its JS1: summary there; users
 -- cannot set admin_comment, so the token cannot be forged).
 function horus.apply(job, reply)
   job.req_nodes = reply.nodes
-  job.tres_per_node = reply.tres
-  if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
-  if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
+  set_tres_per_node(job, reply.tres)
   if reply.partition and reply.partition ~= "" then job.partition = reply.partition end
   return horus.append_token(job, reply)
 end
@@ -331,13 +418,7 @@ function horus.append_token(job, reply)
   local token = "horus:" .. reply.id .. " mode=" .. (reply.mode or "exclusive") .. " slowdown="
     .. (reply.slowdown or "1.00") .. " class=" .. (reply.class or "unknown")
   if reply.gpulist and reply.gpulist ~= "" then token = token .. " gpus=" .. reply.gpulist end
-  local previous = job.admin_comment
-  if previous ~= nil and previous ~= "" then
-    job.admin_comment = previous .. " " .. token
-  else
-    job.admin_comment = token
-  end
-  return token
+  return add_token(job, token)
 end
 
 -- horus-sbatch decided before submission and put HORUS_DECISION=<id> in the job's environment;
@@ -517,11 +598,19 @@ function horus.take_offer(job, submit_uid, env, conf)
   return "placed " .. token .. " nodes=" .. offer.nodes .. " tres=" .. offer.tres .. " (offer " .. version .. ")"
 end
 
+-- Leave the job to Slurm: tell horusd when it holds GPUs (see left_message). Returns the log outcome.
+function horus.leave(conf, job, submit_uid, why)
+  local line = horus.left_message(job, submit_uid, why)
+  if line then horus.tell(conf, line) end
+  return "skip: " .. why
+end
+
 -- One submission, start to end. Returns a short outcome string for the log.
 function horus.submit(job, submit_uid)
   local conf, disabled = horus.load_config()
   if disabled then return "skip: disabled by " .. conf.disable_file end
   local env = job_environment(job)
+  if horus.opted_out(env, job.comment) then return horus.leave(conf, job, submit_uid, "opted out (horus off)") end
   local claimed = env_value(env, "HORUS_DECISION")
   if claimed then
     if not string.match(claimed, "^[%w%-_]+$") then return "skip: malformed HORUS_DECISION" end
@@ -532,9 +621,8 @@ function horus.submit(job, submit_uid)
     return "confirmed " .. horus.append_token(job, reply)
   end
   local handle, request = horus.should_handle(job, conf)
-  if not handle then return "skip: " .. tostring(request) end
-  if conf.offers and request.gpus_per_node == 1 and request.nodes == 1
-      and (job.partition == nil or job.partition == "") then
+  if not handle then return horus.leave(conf, job, submit_uid, tostring(request)) end
+  if horus.offer_fits(job, request, conf) then
     local offered = horus.take_offer(job, submit_uid, env, conf)
     if offered then return offered end
   end
@@ -545,6 +633,9 @@ function horus.submit(job, submit_uid)
   if not reply then return "unchanged: " .. tostring(parse_err) end
   horus.note_offers_version(reply)
   if reply.action == "unchanged" then return "unchanged: " .. tostring(reply.reason or "horusd left it to slurm") end
+  if reply.action == "keep" then
+    return "kept " .. horus.keep(job, reply) .. " tres=" .. reply.tres .. " lease=" .. reply.lease .. "s"
+  end
   local token = horus.apply(job, reply)
   return "placed " .. token .. " nodes=" .. reply.nodes .. " tres=" .. reply.tres
 end

@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "report": "slurm_horus.report.cli:report",
     "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",
+    "admin": "slurm_horus.admin:admin",
 }
 
 

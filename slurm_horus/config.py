@@ -93,6 +93,14 @@ SETTINGS = {
                 "job_submit.lua ignores a decision made on a cluster state older than this"),
         Setting("handle_exclusive", _parse_bool, False, "job_submit.lua also places --exclusive jobs"),
         Setting("handle_nodelist", _parse_bool, False, "job_submit.lua also places jobs with --nodelist"),
+        Setting("queue", _parse_bool, True,
+                "horusd keeps the GPU jobs it cannot place at submission and places them itself when "
+                "GPUs free (no: such jobs are left to Slurm)"),
+        Setting("lease_s", _parse_positive_float, 30.0,
+                "a job horusd keeps waits at most this long for horusd (a begin time horusd renews); "
+                "then Slurm starts it on its own (seconds, 5 to 3600)"),
+        Setting("cycle_s", _parse_positive_float, 2.0,
+                "horusd runs its scheduling cycle over the jobs it keeps at least this often"),
         Setting("max_jobs_per_gpu", int, 2, "most jobs that may share one GPU"),
         Setting("slowdown_limit", _parse_positive_float, 1.5,
                 "largest predicted slowdown a job may be given by sharing"),

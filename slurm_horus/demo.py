@@ -8,7 +8,6 @@ recorded; the utilization report; the simulator on the embedded trace. Teardown 
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from typing import Callable, Dict, List
 
 import click
 
+from .jobclass import job_class_of
 from .localcluster import LocalCluster
 from .tokens import parse_horus_tokens
 
@@ -119,7 +119,7 @@ def submit_with_horus_sbatch(ctx, label, job_class, extra):
 def horus_command(ctx, args, **kwargs):
     env = dict(ctx.cluster.env, HORUS_CONFIG=str(ctx.cluster.horus_config))
     return subprocess.run([sys.executable, "-m", "slurm_horus", *args], env=env, capture_output=True, text=True,
-                          timeout=kwargs.get("timeout", 120))
+                          timeout=kwargs.get("timeout", 120), cwd=str(ctx.cluster.root))
 
 
 def start_collectors(ctx):
@@ -131,7 +131,8 @@ def start_collectors(ctx):
             [sys.executable, "-m", "slurm_horus", "collect", "--backend", "standin", "--node", node,
              "--interval", "1", "--spool", str(spool), "--ship-every", "5",
              "--slurm-conf", str(ctx.cluster.slurm_conf)],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            cwd=str(ctx.cluster.root))))
     ctx.echo(f"    horus collect --backend standin on {', '.join(ctx.cluster.node_names())} "
              "(NVML stand-in: these fake GPUs report what the jobs claim)")
 
@@ -172,7 +173,7 @@ def show_sharing(ctx):
         job = queue.get(job_id)
         if job is None:
             continue
-        decision_id, token = parse_horus_tokens(job.admin_comment)
+        _decision_id, token = parse_horus_tokens(job.admin_comment)
         where = []
         for node, items in job.gres_by_node():
             for item in items:
@@ -180,7 +181,7 @@ def show_sharing(ctx):
                     where += [f"{node}:{index}" for index in item.indices]
         for gpu in where:
             by_gpu.setdefault(gpu, []).append(label)
-        job_class = token.get("class") or re.sub(r"^class=", "", job.comment) or "unknown"
+        job_class = job_class_of(comment=job.comment, admin_comment=job.admin_comment)
         how = token.get("mode") or ("user" if job.state == "RUNNING" else "-")
         predicted = f"{float(token['slowdown']):.2f}x" if token.get("slowdown") else "-"
         ctx.echo(f"    {job_id:>4} {label:14} {job_class:22} {job.state:8} {','.join(where) or '-':9} "
@@ -255,7 +256,7 @@ def simulate_embedded_trace(ctx):
                 "--load", "2", "--no-progress", "--json", summary]
         ctx.echo("    horus simulate --trace philly_sample.csv (800 Philly jobs) --cluster 4x4:v100 "
                  "--truth gavel:v100 --load 2")
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp)
         if result.returncode != 0:
             raise click.ClickException(f"simulate failed: {result.stderr.strip()}")
         for line in result.stdout.strip().splitlines():

@@ -5,14 +5,41 @@ summary there)::
 
     horus:<decision id> mode=<shared|shareable|exclusive> slowdown=<predicted> class=<job class> [gpus=<node>:<i>+<j>,...]
 
-``gpus=`` is there for shard jobs, whose GPU index sacct does not record. The Lua writes it
-(``append_token`` in job_submit.lua, twin in service/lua_twin.py); horusd, the ingest, the reports
-and the demo read it with :func:`parse_horus_tokens`. Pure functions, no imports from the rooms.
+``gpus=`` is there for shard jobs, whose GPU index sacct does not record. A job horusd keeps for its
+queue carries ``horus:<decision id> mode=kept class=<job class>`` until horusd places it, and then
+the token above (same decision id). job_submit.lua writes the tokens at submission (``append_token``
+and ``keep`` in job_submit.lua, twins in service/lua_twin.py), horusd writes the placed token of a
+kept job with :func:`format_token`; horusd, the ingest, the reports and the demo read them with
+:func:`parse_horus_tokens`. Pure functions, no imports from the rooms.
 """
 
 import re
 
 _TOKEN = re.compile(r"(?:^|[\s,])horus:(\S*)")
+KEPT_MODE = "kept"
+
+
+def format_token(decision_id, mode, job_class, slowdown=None, gpulist=""):
+    """The token as job_submit.lua writes it (``horus.append_token``; ``slowdown`` as the reply's
+    ``%.3f``); a kept job's token has no slowdown and no GPUs."""
+    token = f"horus:{decision_id} mode={mode}"
+    if slowdown is not None:
+        token += f" slowdown={slowdown:.3f}" if isinstance(slowdown, float) else f" slowdown={slowdown}"
+    token += f" class={job_class}"
+    if gpulist:
+        token += f" gpus={gpulist}"
+    return token
+
+
+def replace_token(admin_comment, decision_id, token):
+    """``admin_comment`` with the ``horus:<decision_id>`` token (up to the end) replaced by ``token``;
+    appended when it holds none."""
+    text = admin_comment or ""
+    found = re.search(r"(?:^|\s)horus:" + re.escape(decision_id) + r"(?:\s|\Z)", text)
+    if not found:
+        return f"{text} {token}" if text else token
+    start = found.start() + (1 if text[found.start()].isspace() else 0)
+    return text[:start] + token
 
 
 def parse_horus_tokens(*texts):

@@ -9,7 +9,7 @@ def job(job_id, cls, start, elapsed, gpu, node="n1", state="COMPLETED"):
             "time_limit_min": 60, "nodes": node, "n_nodes": 1, "n_cpus": 1, "mem_mb": 250.0,
             "n_gpus": 1, "gres_alloc": f"gpu:g{gpu}=1,gpu=1", "gres_req": None,
             "gpu_indices": str(gpu), "shards": 0, "comment": f"class={cls}", "admin_comment": None,
-            "horus_id": None, "horus_tokens": None, "job_class": cls}
+            "horus_id": None, "horus_tokens": None, "job_class": cls, "cpu_time_s": None, "max_rss_mb": None}
 
 
 def samples(job_id, gpu, start, seconds, sm, mem, shared=0, node="n1"):

@@ -64,14 +64,14 @@ class FakeHorusd:
 def place_reply(node="n3", gpus=(2,), binding="indexed", **extra):
     """A ``place`` reply pinning the job to ``gpus`` of ``node`` with per-GPU GRES types g0..g3."""
     if binding == "shard":
-        gres = ",".join(f"shard:g{index}:1" for index in gpus)
+        tres = ",".join(f"gres:shard:g{index}:1" for index in gpus)
     elif binding == "node":
-        gres = ""
+        tres = f"gres:gpu:{len(gpus)}"
     else:
-        gres = ",".join(f"gpu:g{index}:1" for index in gpus)
-    reply = {"ok": True, "action": "place", "decision_id": "h-test01", "nodes": [node],
-             "gpus": {node: list(gpus)}, "gres": gres, "binding": binding, "mode": "exclusive",
-             "predicted_slowdown": 1.0, "corunner_slowdowns": {}, "reason": "the least loaded GPU",
+        tres = ",".join(f"gres:gpu:g{index}:1" for index in gpus)
+    reply = {"ok": True, "action": "place", "id": "h-test01", "nodes": [node],
+             "gpus": {node: list(gpus)}, "tres": tres, "binding": binding, "mode": "exclusive",
+             "slowdown": 1.0, "corunner_slowdowns": {}, "reason": "the least loaded GPU",
              "candidates": []}
     reply.update(extra)
     return reply

@@ -185,3 +185,60 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
     moved = [abs(p["before"] - p["observed"]) - abs(p["after"] - p["observed"])
              for p in (pairs[("alpha", "beta")], pairs[("beta", "alpha")])]
     assert min(moved) >= 0 and max(moved) > 0
+
+
+BUSY = """#!/bin/sh
+python3 -c "
+import time
+held = b'x' * (120 << 20)  # written, so resident: MaxRSS sees it
+start = time.time()
+while time.time() - start < 4:
+    pass
+"
+"""
+
+
+def test_efficiency_array_ids_and_the_mailprog_on_the_real_cluster(slurm_cluster_dbd, history_env, tmp_path):
+    cluster = slurm_cluster_dbd
+    os.chmod(tmp_path, 0o755)
+    mail = tmp_path / "mail"
+    mail.write_text(f'#!/bin/sh\n{{ echo "ARGS $*"; cat; }} >> {tmp_path}/sent\n')
+    mail.chmod(0o755)
+    mailprog = tmp_path / "mailprog"
+    mailprog.write_text(horus(["admin", "mailprog", "--mail", str(mail), "--db", history_env["HORUS_DB"]],
+                              history_env).stdout)
+    mailprog.chmod(0o755)
+    conf = cluster.slurm_conf
+    original = conf.read_text()
+    conf.write_text(original.replace("MailProg=/bin/true", f"MailProg={mailprog}"))
+    cluster.run(["scontrol", "reconfigure"])
+    try:  # slurmctld itself calls the wrapper at job end, as it would on a site
+        busy = cluster.sbatch(["--mem=300M", "--time=10", "-J", "busy", "-w", "n1", "--gres=gpu:g0:1",
+                               "--mail-type=END", "--mail-user=root"], BUSY)
+        array = cluster.sbatch(["--array=0-1", "-J", "arr", "-w", "n2", "--gres=gpu:1",
+                                "--mail-type=END,ARRAY_TASKS", "--mail-user=root"], "#!/bin/sh\nsleep 1\n")
+        deadline = time.time() + 120
+        while True:
+            sent = (tmp_path / "sent").read_text() if (tmp_path / "sent").exists() else ""
+            if sent.count("slurm-horus: job ") >= 3:
+                break
+            assert time.time() < deadline, sent
+            time.sleep(1)
+    finally:
+        conf.write_text(original)
+        cluster.run(["scontrol", "reconfigure"])
+    assert f"ARGS -s Slurm Job_id={busy} Name=busy Ended" in sent
+    assert f"slurm-horus: job {busy} (busy) COMPLETED after " in sent
+    for task in (0, 1):
+        assert f"slurm-horus: job {array}_{task} (arr) COMPLETED" in sent
+
+    report = json.loads(horus(["report", "job", str(busy), "--json"], history_env).stdout)
+    eff = report["efficiency"]
+    assert eff["cpu_time_s"] > 1 and eff["max_rss_mb"] >= 120 and eff["mem_mb"] == 300
+    assert 40 <= eff["mem_eff"] <= 100 and eff["time_limit_min"] == 10
+    task = json.loads(horus(["report", "job", f"{array}_1", "--json"], history_env).stdout)
+    assert task["job_name"] == f"{array}_1" and task["job"]["array_task_id"] == 1
+    whole = json.loads(horus(["report", "job", str(array), "--json"], history_env).stdout)
+    assert [t["job"] for t in whole["tasks"]] == [f"{array}_0", f"{array}_1"]
+    mine = json.loads(horus(["report", "jobs", "--user", "root", "--json"], history_env).stdout)
+    assert {f"{array}_0", f"{array}_1", str(busy)} <= {r["job"] for r in mine["rows"]}

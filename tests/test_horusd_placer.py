@@ -8,7 +8,10 @@ import pytest
 from slurm_horus.interference import build_model
 from slurm_horus.placement.policies import PolicyModels, make_policy
 from slurm_horus.service.app import Horusd
-from slurm_horus.service.daemon import Placer, Snapshot, job_class_of
+from slurm_horus.jobclass import job_class_of
+from slurm_horus.service.daemon import Placer
+from slurm_horus.service.protocol import parse_request
+from slurm_horus.service.snapshot import Snapshot
 from slurm_horus.slurm.gres import parse_gres
 from slurm_horus.slurm.parse import NodeInfo, QueueJob
 
@@ -48,14 +51,32 @@ def ask(placer, job_class=None, gpus=1, nodes=1, **extra):
     message = {"op": "place", "gpus_per_node": gpus, "num_nodes": nodes, **extra}
     if job_class:
         message["job_class"] = job_class
-    return placer.place(message)
+    return place(placer, message)
+
+
+def place(placer, message):
+    """What horusd does with one request line: read it once, decide, send the wire form."""
+    return placer.place(parse_request(message)).wire()
+
+
+def confirm(placer, **message):
+    return placer.confirm(parse_request({"op": "confirm", **message})).wire()
+
+
+def claim(placer, **message):
+    placer.claim(parse_request({"op": "claim", **message}))
+
+
+def offers_of(placer):
+    offers, generation, last_claim = placer.compute_offers()
+    return {k: v.wire() for k, v in offers.items()}, generation, last_claim
 
 
 def test_ledger_keeps_a_burst_from_piling_onto_one_gpu():
     placer = make_placer()
     chosen = [(",".join(r["nodes"]), r["tres"]) for r in (ask(placer, "resnet50-bs64") for _ in range(8))]
     assert len(set(chosen)) == 8  # 8 free GPUs, 8 decisions, no two alike
-    assert len(placer.ledger) == 8
+    assert len(placer.ledger.entries) == 8
 
 
 def test_ledger_entry_ends_when_squeue_shows_its_token():
@@ -67,7 +88,7 @@ def test_ledger_entry_ends_when_squeue_shows_its_token():
                    admin_comment=f"JS1:x horus:{reply['id']} mode=shareable slowdown=1.000 class=resnet50-bs64")
     clock.now += 1
     placer.load_snapshot(Snapshot([node("n1"), node("n2")], [seen], taken_at=clock()))
-    assert placer.ledger == {}
+    assert placer.ledger.entries == {}
     job = placer.state.jobs["7"]
     assert job.job_class == "resnet50-bs64" and not job.exclusive  # class read back from the token
 
@@ -78,14 +99,14 @@ def test_ledger_entry_expires_when_slurm_never_shows_the_job():
     ask(placer, "resnet50-bs64")
     clock.now += placer.ledger_ttl_s + 1
     placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
-    assert placer.ledger == {} and placer.state.jobs == {}
+    assert placer.ledger.entries == {} and placer.state.jobs == {}
 
 
 def test_shard_binding_for_known_class_whole_gpu_for_unknown():
     placer = make_placer()
     known = ask(placer, "resnet18-bs32")
     assert known["tres"].startswith("gres:shard:g") and known["mode"] == "shareable" and known["class"] == "resnet18-bs32"
-    assert known["gres"] == known["tres"][len("gres:"):] and known["job_class"] == "resnet18-bs32"
+    assert not {"gres", "job_class", "decision_id", "predicted_slowdown"} & set(known)  # one name per field
     unknown = ask(placer)
     assert unknown["tres"].startswith("gres:gpu:g") and unknown["mode"] == "exclusive"
     assert unknown["binding"] == "indexed" and unknown["class"] == "unknown"
@@ -95,7 +116,7 @@ def test_indexed_and_node_bindings():
     indexed = ask(make_placer(binding="indexed"), "resnet18-bs32", gpus=2)
     assert indexed["tres"].count("gres:gpu:g") == 2 and indexed["mode"] == "exclusive"
     node_only = ask(make_placer(binding="node"), "resnet18-bs32", gpus=2)
-    assert node_only["tres"] == "gres:gpu:2" and node_only["nodes"] in (["n1"], ["n2"]) and node_only["gres"] == "gpu:2"
+    assert node_only["tres"] == "gres:gpu:2" and node_only["nodes"] in (["n1"], ["n2"])
 
 
 def test_multi_node_job_with_different_indices_falls_back_to_node_binding():
@@ -130,8 +151,8 @@ def test_after_leaving_a_job_to_slurm_nothing_is_pinned_until_a_fresh_state():
     assert woken == [True]
     clock.now += 0.1
     placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock() - 0.5))  # older: still uncertain
-    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]
-    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]  # left to Slurm too
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock() + 0.01))  # read after both
     assert ask(placer, "resnet50-bs64")["action"] == "place"
 
 
@@ -144,26 +165,37 @@ def test_down_and_drained_nodes_get_nothing():
 def test_dry_run_records_nothing():
     placer = make_placer()
     reply = ask(placer, "resnet50-bs64", dry_run=True, explain=True)
-    assert reply["action"] == "place" and placer.ledger == {} and reply["candidates"]
+    assert reply["action"] == "place" and placer.ledger.entries == {} and reply["candidates"]
 
 
 def test_no_gpu_request_is_left_alone():
     placer = make_placer()
     assert ask(placer, gpus=0)["action"] == "unchanged"
-    assert placer.place({"op": "place", "tres_per_node": "gres:shard:1"})["action"] == "unchanged"
-    assert placer.place({"op": "place", "tres_per_job": "gres:gpu:2", "job_class": "lm-bs20"})["action"] == "place"
+    assert place(placer, {"op": "place", "tres_per_node": "gres:shard:1"})["action"] == "unchanged"
+    assert place(placer, {"op": "place", "tres_per_job": "gres:gpu:2", "job_class": "lm-bs20"})["action"] == "place"
+    assert place(placer, {"op": "place", "tres_per_job": "gres/gpu=4", "num_nodes": 2, "job_class": "lm-bs20"})[
+        "gpus"].keys() == {"n1", "n2"}
+    assert place(placer, {"op": "place", "tres_per_job": "gres:gpu:3", "num_nodes": 2})["reason"] == \
+        "gpus per job not divisible by nodes"
 
 
-@pytest.mark.parametrize("message, expected", [
+@pytest.mark.parametrize("known, expected", [
     ({"hints": {"HORUS_CLASS": "bert-large"}}, "bert-large"),
     ({"hints": {"HORUS_MODEL": "ResNet50", "HORUS_BATCH_SIZE": "64"}}, "resnet50-bs64"),
-    ({"job_class": "lm-bs20"}, "lm-bs20"),
+    ({"requested": "lm-bs20"}, "lm-bs20"),
+    ({"requested": "unknown", "comment": "class=lm-bs20"}, "lm-bs20"),
     ({"comment": "exp 3, class=transformer-bs64"}, "transformer-bs64"),
     ({"comment": "nothing here"}, "unknown"),
     ({"hints": {"HORUS_CLASS": "bad class; rm"}}, "unknown"),
+    ({"admin_comment": "JS1:x horus:h1 mode=kept class=a3c", "comment": "class=lm-bs20"}, "a3c"),
+    ({"admin_comment": "horus:h1 mode=kept", "comment": "class=lm-bs20"}, "lm-bs20"),
 ])
-def test_job_class_of(message, expected):
-    assert job_class_of(message) == expected
+def test_job_class_of(known, expected):
+    assert job_class_of(**known) == expected
+    if "hints" in known or "requested" in known:  # what horusd reads from a request
+        request = parse_request({"op": "place", "gpus_per_node": 1, "hints": known.get("hints"),
+                                 "job_class": known.get("requested"), "comment": known.get("comment")})
+        assert request.job_class == expected
 
 
 class FixedReader:
@@ -189,19 +221,19 @@ def test_horusd_answers_unchanged_on_stale_state(tmp_path):
 def test_confirm_returns_the_token_fields_to_the_same_user_only():
     placer = make_placer()
     reply = ask(placer, "resnet18-bs32", uid=1000)
-    confirmed = placer.confirm({"id": reply["id"], "uid": 1000})
+    confirmed = confirm(placer, id=reply["id"], uid=1000)
     assert confirmed == {"ok": True, "action": "confirm", "id": reply["id"], "mode": "shareable",
                          "slowdown": reply["slowdown"], "class": "resnet18-bs32", "gpulist": reply["gpulist"]}
     assert reply["gpulist"] == f"{reply['nodes'][0]}:{reply['gpus'][reply['nodes'][0]][0]}"
-    assert placer.confirm({"id": reply["id"], "uid": 1001})["action"] == "unchanged"
-    assert placer.confirm({"id": "hnothere", "uid": 1000})["action"] == "unchanged"
+    assert confirm(placer, id=reply["id"], uid=1001)["action"] == "unchanged"
+    assert confirm(placer, id="hnothere", uid=1000)["action"] == "unchanged"
 
 
 def test_nonsense_sizes_are_left_to_slurm_with_a_reason():
     placer = make_placer()
-    assert placer.place({"op": "place", "gpus_per_node": "two"}) == {
+    assert place(placer, {"op": "place", "gpus_per_node": "two"}) == {
         "ok": True, "action": "unchanged", "reason": "bad gpus_per_node or num_nodes"}
-    assert placer.place({"op": "place", "gpus_per_node": 1, "num_nodes": 0})["reason"] == "no gpu requested"
+    assert place(placer, {"op": "place", "gpus_per_node": 1, "num_nodes": 0})["reason"] == "no gpu requested"
 
 
 def test_a_pair_over_the_slowdown_limit_is_left_to_slurm_and_pins_nothing_until_a_refresh():
@@ -217,24 +249,24 @@ def test_offers_for_requested_classes_and_a_claim_records_the_offer():
     changes = []
     placer = make_placer()
     placer.on_change = lambda: changes.append(1)
-    assert placer.compute_offers() == ({}, placer.generation, "")  # nobody asked yet
+    assert offers_of(placer) == ({}, placer.generation, "")  # nobody asked yet
     ask(placer, "lm-bs20")
     ask(placer)  # unknown class
-    offers, generation, _last_claim = placer.compute_offers()
+    offers, generation, _last_claim = offers_of(placer)
     assert generation == placer.generation
     assert set(offers) == {"lm-bs20", "unknown"}
     offer = offers["lm-bs20"]
     assert offer["action"] == "place" and offer["id"] not in placer.ledger
     busy_before = placer.state.busy_gpus()
     claimed = []
-    placer.on_claimed = lambda message, reply: claimed.append(reply["id"])
-    placer.claim({"id": offer["id"], "uid": 5})
+    placer.on_claimed = lambda request, reply: claimed.append(reply.id)
+    claim(placer, id=offer["id"], uid=5)
     assert changes and offer["id"] not in placer.ledger  # queued: applied by the next reader
-    placer.claim({"id": offer["id"]})  # spent
-    placer.claim({"id": "hbogus"})
-    next_offers, _, last_claim = placer.compute_offers()
+    claim(placer, id=offer["id"])  # spent
+    claim(placer, id="hbogus")
+    next_offers, _, last_claim = offers_of(placer)
     assert claimed == [offer["id"]] and last_claim == offer["id"]
-    assert offer["id"] in placer.ledger and placer.ledger[offer["id"]].uid == 5
+    assert offer["id"] in placer.ledger and placer.ledger.get(offer["id"]).uid == 5
     assert placer.state.busy_gpus() == busy_before + 1
     assert placer.generation > generation  # the offers computed before the claim are void
     # the next offer for the class has moved on to another GPU
@@ -244,8 +276,8 @@ def test_offers_for_requested_classes_and_a_claim_records_the_offer():
 def test_a_decision_applies_the_queued_claims_first():
     placer = make_placer(nodes=[node("n1", gpus=3)])
     first = ask(placer, "lm-bs20")
-    offer = placer.compute_offers()[0]["lm-bs20"]
-    placer.claim({"id": offer["id"]})
+    offer = offers_of(placer)[0]["lm-bs20"]
+    claim(placer, id=offer["id"])
     reply = ask(placer, "resnet50-bs64")
     assert offer["id"] in placer.ledger and reply["gpulist"] not in (offer["gpulist"], first["gpulist"])
 
@@ -254,7 +286,7 @@ def test_no_offers_while_a_job_left_to_slurm_may_be_starting():
     jobs = [running(i, f"n{1 + i // 4}", [f"gpu:g{i % 4}:1(IDX:{i % 4})"]) for i in range(8)]
     placer = make_placer(jobs=jobs)
     ask(placer, "lm-bs20")  # full: left to Slurm
-    assert placer.left_to_slurm_since is not None and placer.compute_offers()[0] == {}
+    assert placer.left_to_slurm_since is not None and offers_of(placer)[0] == {}
 
 
 def test_a_pinned_job_still_pending_at_a_refresh_keeps_its_gpu():
@@ -268,7 +300,7 @@ def test_a_pinned_job_still_pending_at_a_refresh_keeps_its_gpu():
     queued = running(7, "", [], admin_comment=token, state="PENDING")
     clock.now += 1
     placer.load_snapshot(Snapshot([node("n1", gpus=2)], [queued], taken_at=clock()))
-    assert placer.ledger == {}
+    assert placer.ledger.entries == {}
     assert placer.state.jobs["7"].gpus == (int(first["gpulist"].split(":")[1]),)
     second = ask(placer, "resnet50-bs64")
     assert second["gpulist"] != first["gpulist"]  # a free GPU, not the one the pending job will get
@@ -350,15 +382,15 @@ def test_unclaimed_offers_are_forgotten_after_the_ledger_ttl():
     clock = Clock()
     placer = make_placer(clock=clock)
     ask(placer, "lm-bs20")
-    first = placer.compute_offers()[0]
+    first = offers_of(placer)[0]
     for _ in range(50):
-        placer.compute_offers()
-    assert len(placer.offered) == 51
+        offers_of(placer)
+    assert len(placer.offers.offered) == 51
     clock.now += placer.ledger_ttl_s + 1
-    latest = placer.compute_offers()[0]
-    assert list(placer.offered) == [latest["lm-bs20"]["id"]]
-    placer.claim({"id": first["lm-bs20"]["id"]})
-    placer.compute_offers()
+    latest = offers_of(placer)[0]
+    assert list(placer.offers.offered) == [latest["lm-bs20"]["id"]]
+    claim(placer, id=first["lm-bs20"]["id"])
+    offers_of(placer)
     assert first["lm-bs20"]["id"] not in placer.ledger  # too old to be claimed
 
 
@@ -389,13 +421,107 @@ def test_a_reload_keeps_queued_claims_the_ledger_and_the_last_claim(tmp_path, mo
     old = horusd.placer
     horusd.reload()
     assert horusd.placer is not old
-    assert offer_id in horusd.placer.ledger and horusd.placer.last_claim == offer_id
+    assert offer_id in horusd.placer.ledger and horusd.placer.offers.last_claim == offer_id
     horusd.placer.clock = lambda: 1e12
     assert horusd.publish_offers()
     _version, offers = read_offers(offers_file)
     assert f";claimed={offer_id};" in offers_file.read_text()
     fresh_gpus = re.search(r";gpulist=([^;]+);", offers["lm-bs20"]).group(1)
     assert fresh_gpus not in (first["gpulist"], offer_gpus)  # the new placer knows both jobs
+
+
+# ---- issue 18: what users hit first -------------------------------------------------------------
+
+def test_a_gpu_type_the_user_asked_for_is_kept():
+    clock = Clock()
+    placer = Placer(None, binding="indexed", gpu_type="v100", clock=clock)
+    placer.policy = make_policy("horus", PolicyModels(placer.classes, lambda kind: MODEL))
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock(), features={"n2": "p100"}))
+    for _ in range(4):  # only n2's GPUs are P100s: every P100 job goes there, until they are taken
+        assert ask(placer, "resnet50-bs64", gpu_type="P100")["nodes"] == ["n2"]
+    assert ask(placer, "resnet50-bs64", gpu_type="p100")["action"] == "unchanged"
+    absent = ask(placer, "resnet50-bs64", gpu_type="a100")
+    assert absent["action"] == "unchanged" and "no GPU of type a100" in absent["reason"]
+    assert ask(placer, "resnet50-bs64", gpu_type="bad type;x")["reason"] == "bad gpu_type"
+    # from the TRES string (horus-sbatch), and node binding keeps the type in what it writes
+    node_placer = make_placer(binding="node")
+    reply = place(node_placer, {"op": "place", "tres_per_node": "gres:gpu:v100:2", "job_class": "resnet50-bs64"})
+    assert reply["action"] == "place" and reply["tres"] == "gres:gpu:v100:2"
+
+
+def test_an_opted_out_request_is_left_unchanged():
+    placer = make_placer()
+    for extra in ({"hints": {"HORUS_OFF": "yes"}}, {"comment": "class=lm-bs20 horus=off"}):
+        reply = ask(placer, "lm-bs20", **extra)
+        assert reply["action"] == "unchanged" and "opted out" in reply["reason"]
+    assert len(placer.ledger) == 0
+
+
+def test_a_class_the_model_does_not_know_runs_alone_and_gets_suggestions():
+    placer = make_placer()
+    placer.known_classes = set(MODEL.index.names)
+    reply = ask(placer, "resnet5-bs64")
+    assert reply["class_known"] is False and "resnet50-bs64" in reply["class_suggestions"]
+    assert reply["mode"] == "exclusive" and reply["tres"].startswith("gres:gpu:g")  # no shard: nobody joins
+    known = ask(placer, "resnet50-bs64")
+    assert known["class_known"] is True and known["mode"] == "shareable"
+
+
+def queued_array(job_id, tasks, per_node=1, required="", reason="None"):
+    job = running(job_id, "", [], state="PENDING")
+    return dataclasses.replace(job, tasks=tasks, required_nodes=required, state_reason=reason,
+                               gres_requested=parse_gres(f"gpu:{per_node}"))
+
+
+def test_pending_jobs_horusd_did_not_pin_hold_the_gpus_slurm_will_give_them():
+    # an array of 3 and a 2-GPU job on n2, queued but not started: Slurm takes n1's GPUs 0-2 and two
+    # of n2's first; a pinned job must go elsewhere
+    placer = make_placer(binding="indexed", jobs=[queued_array(5, 3), queued_array(6, 1, per_node=2, required="n2")])
+    held = sorted(g for job in placer.state.jobs.values() for g in job.gpus)
+    assert held == [0, 1, 2, 4, 5]
+    assert all(job.exclusive for job in placer.state.jobs.values())
+    reply = ask(placer, "resnet50-bs64")
+    assert (reply["nodes"], reply["tres"]) in ((["n1"], "gres:gpu:g3:1"), (["n2"], "gres:gpu:g2:1"),
+                                               (["n2"], "gres:gpu:g3:1"))
+    # held and dependent jobs will not start soon: they hold nothing
+    assert make_placer(jobs=[queued_array(5, 3, reason="Dependency")]).state.jobs == {}
+
+
+def test_a_job_left_to_slurm_pauses_pinning_until_the_next_refresh():
+    clock = Clock()
+    placer = make_placer(clock=clock)
+    placer.note_left_to_slurm()
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=clock()))
+    assert ask(placer, "resnet50-bs64")["action"] == "place"
+
+
+def test_explain_candidates_carry_counts_real_scores_and_the_corunner_slowdown():
+    placer = make_placer(nodes=[node("n1", gpus=2)])
+    free = ask(placer, "resnet18-bs32", explain=True)
+    assert free["candidates_total"] == 2 and free["gpus_total"] == 2
+    assert all("score 1.000" in c["why"] for c in free["candidates"]), free["candidates"]
+    assert "shared via shard" in free["reason"] and "exclusive" not in free["reason"]
+    ask(placer, "resnet18-bs32")  # the second GPU taken too: the next job must share
+    shared = ask(placer, "resnet18-bs64", explain=True)
+    sharing = [c for c in shared["candidates"] if c["corunner_slowdown"] is not None]
+    assert sharing and all(c["corunner_slowdown"] >= 1.0 for c in sharing)
+
+
+def test_a_job_answered_during_the_pause_extends_it_to_a_state_read_after_it():
+    # three jobs left to Slurm in a row: a refresh read between the first and the third does not
+    # show the third, which Slurm may start on any free GPU: pinning must wait for a newer read
+    clock = Clock()
+    placer = make_placer(clock=clock, nodes=[node("n1", gpus=1)])
+    ask(placer, "resnet50-bs64")
+    ask(placer, "recommendation-bs2048")  # no room: left to Slurm, pinning paused
+    clock.now += 0.5
+    assert "fresh cluster state" in ask(placer, "resnet50-bs64")["reason"]  # left to Slurm as well
+    placer.load_snapshot(Snapshot([node("n1", gpus=1)], [], taken_at=clock() - 0.2))  # read before it
+    assert placer.left_to_slurm_since is not None
+    placer.load_snapshot(Snapshot([node("n1", gpus=1)], [], taken_at=clock() + 0.1))
+    assert placer.left_to_slurm_since is None
 
 
 # ---- issue 15: what one user may hold through the user socket ----------------------------------
@@ -413,7 +539,7 @@ def test_decisions_asked_on_the_user_socket_hold_few_gpus_for_a_short_time():
     assert all(ask(placer, "lm-bs20", peer="controller", uid=999)["action"] == "place" for _ in range(8))
     clock.now += 20  # horus-sbatch submits at once; a decision nobody submitted lapses soon
     placer.load_snapshot(Snapshot([node(f"n{i}") for i in range(1, 5)], [], taken_at=clock()))
-    assert all(not entry.from_user for entry in placer.ledger.values())
+    assert all(not entry.from_user for entry in placer.ledger.entries.values())
     assert ask(placer, "resnet50-bs64", peer="user", uid=999)["action"] == "place"
 
 
@@ -421,12 +547,12 @@ def test_junk_classes_from_users_take_no_offer_slot_and_old_classes_make_room():
     placer = make_placer()
     for i in range(64):
         ask(placer, f"junk{i}", peer="user", uid=999)
-    assert list(placer.requested_classes) == []  # horus-sbatch's requests do not ask for offers
+    assert list(placer.offers.requested_classes) == []  # horus-sbatch's requests do not ask for offers
     for i in range(70):
         ask(placer, f"old{i}", peer="controller", dry_run=True)  # not recorded: no offer either
         ask(placer, f"cls{i}", peer="controller")
-        placer.ledger.clear()
+        placer.ledger.entries.clear()
         placer.load_snapshot(Snapshot([node("n1"), node("n2")], [], taken_at=placer.clock()))
     ask(placer, "cls3", peer="controller")
-    classes = list(placer.requested_classes)
+    classes = list(placer.offers.requested_classes)
     assert len(classes) == 64 and classes[-1] == "cls3" and "cls69" in classes and "cls5" not in classes

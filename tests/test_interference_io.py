@@ -148,3 +148,25 @@ def test_cli_fit_stores_a_model_that_loads_back(tmp_path, capsys):
     model_id, name, created, state = load_model(db)
     assert (model_id, name) == (1, "chain")
     assert model_from_dict(state).explain("a-bs1", ["b-bs1"], "v100").norm_tput == pytest.approx(0.6)
+
+
+def test_cli_classes_lists_what_the_model_knows_per_gpu_type(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HORUS_DB", str(tmp_path / "absent.db"))  # no site model: the built-in priors
+    code, out, err = _run(["model", "classes", "--gpu-type", "v100", "--json"], capsys)
+    assert code == 0, err
+    listed = json.loads(out)
+    rows = {r["job_class"]: r for r in listed["classes"]}
+    assert "built-in priors" in listed["model"] and {r["gpu_type"] for r in listed["classes"]} == {"v100"}
+    assert rows["resnet50-bs64"]["measured_pairs"] > 0 and rows["resnet50-bs64"]["solo_tput"] > 0
+    assert not (tmp_path / "absent.db").exists()
+    code, _, err = _run(["model", "classes", "--gpu-type", "a100"], capsys)
+    assert code == 2 and err == "horus: --gpu-type a100: the model knows p100, v100\n"
+    # a model stored by a fit (as a refit stores one) is the one listed
+    profiles, observations = _small_files(tmp_path)
+    db = tmp_path / "horus.db"
+    assert _run(["model", "fit", "--db", str(db), "--profiles", str(profiles), "--observations",
+                 str(observations)], capsys)[0] == 0
+    code, out, _ = _run(["model", "classes", "--db", str(db)], capsys)
+    assert code == 0 and out.startswith(f"model: #1 (chain, ") and "\na-bs1 " in out and "\nb-bs1 " in out
+    code, _, err = _run(["model", "classes", "--db", str(tmp_path / "no" / "h.db")], capsys)
+    assert code == 2 and "no history database" in err and not (tmp_path / "no").exists()

@@ -193,7 +193,8 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     assert f"export SLURM_CONF={conf}" in up.stdout
     env_line = subprocess.run(HORUS + ["local-cluster", "env", "--dir", str(directory)],
                               capture_output=True, text=True, check=True).stdout.strip()
-    assert env_line == f"export SLURM_CONF={conf}"
+    # horusd runs there: horus doctor, horus-sbatch and horus report need its site file too
+    assert env_line == f"export SLURM_CONF={conf} HORUS_CONFIG={directory / 'etc' / 'horus.conf'}"
     status = json.loads(subprocess.run(HORUS + ["local-cluster", "status", "--dir", str(directory), "--json"],
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [
@@ -307,3 +308,16 @@ def test_run_slurm_timeout_and_missing_program_are_clear_errors(tmp_path):
         run_slurm(["sinfo"], slurm_conf=tmp_path / "missing.conf", timeout=1)
     with pytest.raises(SlurmCommandError, match="not found on PATH"):
         run_slurm(["no-such-slurm-command"])
+
+
+@pytest.mark.slurm  # starts its own daemons
+def test_horusd_runs_this_installation_whatever_the_current_directory_holds(tmp_path, monkeypatch):
+    # `python -m slurm_horus` looks in the current directory first: a checkout of another version
+    # there must not become the cluster's horusd
+    other = tmp_path / "other-checkout" / "slurm_horus"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    (other / "__main__.py").write_text("raise SystemExit('the copy in the current directory ran')\n")
+    monkeypatch.chdir(other.parent)
+    with LocalCluster(nodes=1, gpus=1, horus=True) as cluster:
+        assert any(d["name"] == "horusd" for d in cluster.status()["daemons"])

@@ -99,9 +99,9 @@ PLACED = {"ok": True, "action": "place", "nodes": ["n1"], "tres": "gres:shard:g0
 def write_offers(path, version, offer_id, claimed=""):
     import time
 
-    from slurm_horus.service.lua_twin import encode_kv_reply
+    from slurm_horus.service.protocol import encode_kv
 
-    offer = encode_kv_reply({**PLACED, "id": offer_id, "tres": "gres:shard:g3:1", "gpulist": "n1:3"})
+    offer = encode_kv({**PLACED, "id": offer_id, "tres": "gres:shard:g3:1", "gpulist": "n1:3"})
     tmp = f"{path}.tmp"
     with open(tmp, "w") as out:
         out.write(f"version={version};claimed={claimed};generated={time.time():.3f}\nlm-bs20\t{offer}\n")

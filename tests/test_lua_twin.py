@@ -54,6 +54,8 @@ def normalize(value):
     return value
 
 
+NOW = 1_800_000_000  # the epoch the should_handle and keep twins are asked at
+
 JOBS = [
     {},
     {"tres_per_node": "gres:gpu:2"},
@@ -77,6 +79,13 @@ JOBS = [
     {"tres_per_node": "gres:gpu:1", "shared": 0},
     {"tres_per_node": "gres:gpu:1", "shared": 65534},
     {"tres_per_node": "gres:gpu:1,gres:gpu:v100:1"},
+    {"tres_per_node": "gres:gpu:1", "dependency": "afterok:12"},
+    {"tres_per_node": "gres:gpu:1", "dependency": ""},
+    {"tres_per_node": "gres:gpu:1", "begin_time": NOW + 3600},
+    {"tres_per_node": "gres:gpu:1", "begin_time": NOW - 5},
+    {"tres_per_node": "gres:gpu:1", "begin_time": 0},
+    {"tres_per_node": "gres:gpu:1", "reservation": "maint"},
+    {"tres_per_node": "gres:gpu:a100:1"},
 ]
 
 CONFIGS = [
@@ -99,6 +108,14 @@ REPLIES = [
     "ok=1;action=place;id=h-8;nodes=n2;tres=gres:shard:g1:1;age=1;class=resnet18-bs64;partition=infer-lend",
     "ok=1;action=place;id=h-9;nodes=n2;tres=gres:shard:g1:1;age=1;class=a b",
     "ok=1;action=place;id=h-10;nodes=n2;tres=gres:shard:g1:1;age=1;partition=x;y",
+    "ok=1;action=keep;id=h-11;tres=gres:shard:1;mode=kept;class=lm-bs20;lease=30",
+    "ok=1;action=keep;id=h-12;tres=gres:gpu:2;mode=kept;class=unknown;lease=30",
+    "ok=1;action=keep;id=h-13;tres=gres:gpu:g1:1;mode=kept;lease=30",
+    "ok=1;action=keep;id=h-14;tres=gres:shard:g2:1;mode=kept;lease=30",
+    "ok=1;action=keep;id=h-15;tres=gres:gpu:1;mode=kept;lease=0",
+    "ok=1;action=keep;id=h-16;tres=gres:gpu:1;mode=kept;lease=99999",
+    "ok=1;action=keep;id=h-17;tres=gres:gpu:1;mode=kept",
+    "ok=1;action=keep;id=h 18;tres=gres:gpu:1;mode=kept;lease=30",
     "ok=0;error=boom",
     "ok=1;action=explode",
     "garbage",
@@ -118,8 +135,8 @@ def test_parse_config_twin(lua, config_text):
 def test_should_handle_twin(lua, job, config_text):
     horus = lua.globals().HORUS
     conf = horus.parse_config(config_text)
-    lua_ok, lua_detail = pair(horus.should_handle(to_lua(lua, job), conf))
-    py_ok, py_detail = lua_twin.should_handle(job, lua_twin.parse_config(config_text))
+    lua_ok, lua_detail = pair(horus.should_handle(to_lua(lua, job), conf, NOW))
+    py_ok, py_detail = lua_twin.should_handle(job, lua_twin.parse_config(config_text), NOW)
     assert lua_ok == py_ok
     assert normalize(from_lua(lua_detail)) == normalize(py_detail)
 
@@ -131,6 +148,11 @@ def test_should_handle_cases_mean_what_they_say():
     assert lua_twin.should_handle({"tres_per_node": "gres:gpu:1", "shared": 0}, conf) == (False, "explicit exclusive")
     ok, request = lua_twin.should_handle({"tres_per_job": "gres:gpu:4", "min_nodes": 2}, conf)
     assert ok and request["gpus_per_node"] == 2 and request["nodes"] == 2
+    gpu = {"tres_per_node": "gres:gpu:1"}
+    for extra, reason in (({"dependency": "afterany:3"}, "dependency"), ({"reservation": "r"}, "reservation"),
+                          ({"begin_time": NOW + 60}, "begin time set by the user")):
+        assert lua_twin.should_handle({**gpu, **extra}, conf, NOW) == (False, reason)
+    assert lua_twin.should_handle({**gpu, "begin_time": NOW}, conf, NOW)[0]  # --begin=now: nothing to keep
 
 
 @pytest.mark.parametrize("line", REPLIES)
@@ -176,6 +198,30 @@ def test_apply_twin(lua, job, admin_comment):
     assert parse_horus_tokens(py_job["admin_comment"]) == ("h-9", expected)
 
 
+def test_parse_keep_refuses_what_horusd_could_not_move():
+    conf = lua_twin.parse_config("")
+    kept = [lua_twin.parse_reply(line, conf) for line in REPLIES if "action=keep" in line]
+    assert [why for _reply, why in kept] == [None, None, "bad kept tres", "bad kept tres", "bad lease", "bad lease",
+                                            "bad lease", "bad id"]
+
+
+@pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2, "admin_comment": "JS1:x"}])
+@pytest.mark.parametrize("tres", ["gres:shard:1", "gres:gpu:2"])
+def test_keep_twin(lua, job, tres):
+    horus = lua.globals().HORUS
+    reply = {"id": "h-20", "tres": tres, "mode": "kept", "class": "lm-bs20", "lease": "30"}
+    lua_job = to_lua(lua, job)
+    lua_token = horus.keep(lua_job, to_lua(lua, reply), NOW)
+    py_job = dict(job)
+    py_token = lua_twin.keep(py_job, reply, NOW)
+    assert lua_token == py_token == "horus:h-20 mode=kept class=lm-bs20"
+    assert normalize(from_lua(lua_job)) == normalize(py_job)
+    assert py_job["begin_time"] == NOW + 30 and py_job["tres_per_node"] == tres
+    assert not py_job.get("tres_per_job") and not py_job.get("tres_per_task")
+    assert parse_horus_tokens(py_job["admin_comment"]) == ("h-20", {"mode": "kept", "class": "lm-bs20"})
+
+
 def test_build_request_is_json_with_the_request(lua):
     horus = lua.globals().HORUS
     job = {"tres_per_job": "gres:gpu:2", "name": 'my "job"\n', "user_name": "alice", "time_limit": 60,
@@ -187,11 +233,16 @@ def test_build_request_is_json_with_the_request(lua):
     assert message["job_name"] == 'my "job"\n'
     assert message["gpus_per_node"] == 2 and message["num_nodes"] == 1
     assert message["time_limit_min"] == 60 and message["uid"] == 1000
+    assert message["keep"] is True and message["held"] is False  # the script can keep the job
+    held = json.loads(horus.build_request(to_lua(lua, dict(job, priority=0)), 1000, to_lua(lua, request)))
+    assert held["held"] is True  # sbatch -H
 
 
 def test_encode_kv_reply_round_trips_through_lua(lua):
     horus = lua.globals().HORUS
-    line = lua_twin.encode_kv_reply({"ok": True, "action": "place", "id": "h-1", "nodes": "n4",
+    from slurm_horus.service.protocol import encode_kv
+
+    line = encode_kv({"ok": True, "action": "place", "id": "h-1", "nodes": "n4",
                                      "tres": "gres:shard:g3:1", "mode": "shared", "slowdown": 1.1234,
                                      "age": 0.25, "reason": "pair; fits\nwell", "gpus": {"n4": [3]}})
     reply, why = pair(horus.parse_reply(line, horus.parse_config("")))
@@ -211,25 +262,47 @@ def test_submit_fails_open_without_horusd(lua, tmp_path, monkeypatch):
     assert any(line.startswith("horus: job name=j") and "unchanged: horusd" in line for line in LUA_LOG)
 
 
-tres_items = st.one_of(
+wellformed_tres_items = st.one_of(
     st.builds(lambda n: f"gres:gpu:{n}", st.integers(0, 16)),
     st.builds(lambda t, n: f"gres:gpu:{t}:{n}", st.sampled_from(["v100", "a100", "g0", "g3"]), st.integers(0, 8)),
     st.builds(lambda n: f"gres/gpu={n}", st.integers(0, 8)),
     st.builds(lambda n: f"gres:shard:{n}", st.integers(0, 8)),
-    st.text(alphabet="gpures:/=,0123456789 ", max_size=20),
 )
+tres_items = st.one_of(wellformed_tres_items, st.text(alphabet="gpures:/=,0123456789 ", max_size=20))
+FIELD_NODES_TASKS = (st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
+                     st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(tres_items, min_size=0, max_size=3).map(",".join),
-       st.sampled_from(["tres_per_node", "tres_per_job", "tres_per_task"]),
-       st.sampled_from([NO_VAL, 1, 2, 3]), st.sampled_from([NO_VAL, 1, 2, 4, 6]))
+       *FIELD_NODES_TASKS)
 def test_gpu_request_twin_property(lua, tres, field, nodes, tasks):
     job = {field: tres, "min_nodes": nodes, "num_tasks": tasks}
     lua_request, lua_why = pair(lua.globals().HORUS.gpu_request(to_lua(lua, job)))
     py_request, py_why = lua_twin.gpu_request(job)
     assert normalize(from_lua(lua_request)) == normalize(py_request)
     assert lua_why == py_why
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(wellformed_tres_items, min_size=0, max_size=3).map(",".join),
+       *FIELD_NODES_TASKS)
+def test_horusd_reads_gpu_counts_as_the_lua_does(lua, tres, field, nodes, tasks):
+    """Production (protocol.gpu_counts, for clients that send TRES strings) against the Lua itself."""
+    from slurm_horus.service.protocol import gpu_counts
+
+    job = {field: tres, "min_nodes": nodes, "num_tasks": tasks}
+    lua_request, _why = pair(lua.globals().HORUS.gpu_request(to_lua(lua, job)))
+    strings = [job.get(k, "") for k in ("tres_per_node", "tres_per_job", "tres_per_task")]
+    try:
+        counts = gpu_counts(*strings, None if nodes == NO_VAL else nodes, None if tasks == NO_VAL else tasks)
+    except ValueError:
+        counts = None
+    if lua_request is None:
+        assert counts is None or counts[0] == 0
+    else:
+        lua_request = from_lua(lua_request)
+        assert counts == (lua_request["gpus_per_node"], lua_request["nodes"], lua_request.get("gpu_type"))
 
 
 CONFIRMS = [
@@ -285,6 +358,8 @@ CLASS_CASES = [
     ({"HORUS_CLASS": "bert-large"}, "x class=lm"),
     ({"HORUS_MODEL": "ResNet50", "HORUS_BATCH_SIZE": "64"}, None),
     ({"HORUS_MODEL": "ResNet50"}, None),
+    ({"HORUS_CLASS": "", "HORUS_MODEL": "ResNet50"}, "class=lm"),
+    ({"HORUS_CLASS": "", "HORUS_MODEL": ""}, "class=lm"),
     ({}, "exp 3, class=transformer-bs64"),
     ({}, "horus_class=a3c;x=1"),
     ({}, "classy=no class=ok"),
@@ -296,10 +371,10 @@ CLASS_CASES = [
 
 @pytest.mark.parametrize("env, comment", CLASS_CASES)
 def test_job_class_twin(lua, env, comment):
-    from slurm_horus.service.daemon import job_class_of
+    from slurm_horus.jobclass import job_class_of
 
     lua_class = lua.globals().HORUS.job_class(to_lua(lua, env), comment)
-    assert lua_class == job_class_of({"hints": env, "comment": comment})
+    assert lua_class == job_class_of(hints=env, comment=comment)
 
 
 OFFERS = (
@@ -366,6 +441,68 @@ def test_the_shipped_site_file_reads_the_same_in_lua_and_in_horus(lua, tmp_path)
     assert lua_conf == normalize(lua_twin.parse_config(text))
     for name, value in lua_conf.items():
         assert normalize(getattr(site, name)) == value, name
+
+
+OPT_OUT_CASES = [
+    ({}, None), ({"HORUS_OFF": "1"}, None), ({"HORUS_OFF": "yes"}, "class=lm"), ({"HORUS_OFF": " on "}, None),
+    ({"HORUS_OFF": "0"}, None), ({"HORUS_OFF": ""}, "class=lm"), ({}, "class=lm horus=off"),
+    ({}, "horus=OFF,class=lm"), ({}, "class=lm;horus=no"), ({}, "horus=on"), ({}, "xhorus=off"),
+    ({}, "horus=off1"), ({}, "horus = off"), ({"HORUS_OFF": "false"}, "horus=off"),
+]
+
+
+@pytest.mark.parametrize("env, comment", OPT_OUT_CASES)
+def test_opted_out_twin(lua, env, comment):
+    assert lua.globals().HORUS.opted_out(to_lua(lua, env), comment) == lua_twin.opted_out(env, comment)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.sampled_from(["1", "0", "yes", "TRUE", " on", "off", ""])),
+       st.one_of(st.none(), st.lists(st.sampled_from(["horus=off", "horus=no", "horus=On", "class=a", "horus=",
+                                                     "x", "horus=off,", ";horus=no;"]), max_size=4).map(" ".join),
+                 st.text(alphabet="horus=ofn ,;\t", max_size=20)))
+def test_opted_out_twin_property(lua, off, comment):
+    env = {} if off is None else {"HORUS_OFF": off}
+    assert lua.globals().HORUS.opted_out(to_lua(lua, env), comment) == lua_twin.opted_out(env, comment)
+
+
+def test_opted_out_means_what_it_says():
+    assert lua_twin.opted_out({"HORUS_OFF": "1"}, None) and lua_twin.opted_out({}, "class=x horus=off")
+    assert not lua_twin.opted_out({"HORUS_OFF": "0"}, "class=x") and not lua_twin.opted_out({}, "horus=on")
+
+
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("why", ["job array", "opted out (horus off)"])
+def test_left_message_twin(lua, job, why):
+    job = dict(job, user_name="alice")
+    lua_line = lua.globals().HORUS.left_message(to_lua(lua, job), 1000, why)
+    py_message = lua_twin.left_message(job, 1000, why)
+    assert (None if lua_line is None else json.loads(lua_line)) == py_message
+    assert (py_message is None) == (lua_twin.count_gpus(job.get("tres_per_node"))[0]
+                                    + lua_twin.count_gpus(job.get("tres_per_job"))[0]
+                                    + lua_twin.count_gpus(job.get("tres_per_task"))[0] == 0)
+
+
+@pytest.mark.parametrize("job", JOBS + [{"tres_per_node": "gres:gpu:1", "partition": "p"},
+                                        {"tres_per_node": "gres:gpu:1", "partition": ""}])
+@pytest.mark.parametrize("config_text", ["", "offers = no\n"])
+def test_offer_fits_twin(lua, job, config_text):
+    horus = lua.globals().HORUS
+    request, _ = lua_twin.gpu_request(job)
+    if request is None:
+        return
+    lua_request, _ = pair(horus.gpu_request(to_lua(lua, job)))
+    assert horus.offer_fits(to_lua(lua, job), lua_request, horus.parse_config(config_text)) == \
+        lua_twin.offer_fits(job, request, lua_twin.parse_config(config_text))
+
+
+def test_offer_fits_means_what_it_says():
+    conf = lua_twin.parse_config("")
+    fits = lua_twin.offer_fits
+    assert fits({}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": None}, conf)
+    assert not fits({}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": "a100"}, conf)  # a type is kept
+    assert not fits({"partition": "p"}, {"gpus_per_node": 1, "nodes": 1, "gpu_type": None}, conf)
+    assert not fits({}, {"gpus_per_node": 2, "nodes": 1, "gpu_type": None}, conf)
 
 
 # ---- the circuit breaker (issue 15): a hung horusd must not cost every submission the deadline --

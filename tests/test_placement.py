@@ -146,13 +146,22 @@ def test_sjf_orders_by_predicted_duration():
     assert [r.job_id for r in fifo.order(queue)] == ["long", "short"]
 
 
-def test_sjf_ffs_shares_the_first_gpu_that_qualifies():
+def test_sjf_ffs_takes_free_gpus_first_then_shares_the_first_that_qualifies():
     state = cluster(1, 2)
     policy = make_policy("sjf-ffs", models_for(state, TablePredictor(default=0.3)))
     decisions = fill(state, policy, ["a", "b", "c", "d", "e"])
-    # first fit in GPU order, sharing or not; at most 2 jobs per GPU
-    assert [d.gpu_ids for d in decisions[:4]] == [(0,), (0,), (1,), (1,)]
+    # free GPUs first (first fit), then sharing in GPU order whatever the interference; ≤ 2 jobs per GPU
+    assert [d.gpu_ids for d in decisions[:4]] == [(0,), (1,), (0,), (1,)]
+    assert [d.shared for d in decisions[:4]] == [False, False, True, True]
     assert not decisions[4].placed
+
+
+def test_sjf_ffs_multi_gpu_job_prefers_a_node_of_free_gpus():
+    state = cluster(2, 2)
+    state.place(RunningJob("r", "a", (0,), 0.0, 100.0))
+    policy = make_policy("sjf-ffs", models_for(state, TablePredictor(default=0.9)))
+    d = run(policy, state, JobRequest("m", "b", gpus_per_node=2))
+    assert d.gpu_ids == (2, 3) and not d.shared
 
 
 def test_bsbf_formula_matches_hand_computation():
@@ -175,23 +184,94 @@ def test_bsbf_shares_only_when_benefit_positive_and_picks_best():
     assert not run(policy2, state2, JobRequest("n2", "n", predicted_duration=100.0)).placed
 
 
-def test_horus_util_minimizes_summed_slowdown_under_limits():
-    state = cluster(1, 3)
-    table = TablePredictor({("n", "a"): 0.9, ("a", "n"): 0.9, ("n", "b"): 0.8, ("b", "n"): 0.95,
-                            ("n", "c"): 0.6, ("c", "n"): 0.99})
+def test_bsbf_breaks_ties_by_lowest_t_con_as_the_reference():
+    # two qualifying partners: "near" ends soon (low T_con), "far" gives the larger T_seq − T_con
+    state = cluster(1, 2)
+    state.place(RunningJob("near", "near", (0,), 0.0, 20.0))
+    state.place(RunningJob("far", "far", (1,), 0.0, 1000.0))
+    table = TablePredictor({("n", "near"): 0.8, ("near", "n"): 0.8, ("n", "far"): 0.9, ("far", "n"): 0.9})
+    policy = make_policy("sjf-bsbf", models_for(state, table))
+    from slurm_horus.placement.policies.sjf_bsbf import pair_times
+    times = {name: pair_times(100.0, end, table.pairs[("n", name)], table.pairs[(name, "n")])
+             for name, end in (("near", 20.0), ("far", 1000.0))}
+    assert all(t_con < t_seq for t_con, t_seq in times.values())
+    assert times["near"][0] < times["far"][0]  # lowest T_con ...
+    assert times["far"][1] - times["far"][0] > times["near"][1] - times["near"][0]  # ... not largest benefit
+    d = run(policy, state, JobRequest("n", "n", predicted_duration=100.0))
+    assert d.shared and d.gpu_ids == (0,)
+
+
+def test_bsbf_sub_batches_a_pair_that_does_not_fit_in_memory():
+    state = cluster(1, 1)
+    state.place(RunningJob("r", "lm-bs20", (0,), 0.0, 400.0))
+    table = TablePredictor({("resnet50-bs64", "lm-bs20"): 0.0, ("lm-bs20", "resnet50-bs64"): 0.0,
+                            ("resnet50-bs32", "lm-bs20"): 0.8, ("lm-bs20", "resnet50-bs32"): 0.8,
+                            ("resnet50-bs16", "lm-bs20"): 0.9, ("lm-bs20", "resnet50-bs16"): 0.9}, default=0.5)
+    for name in ("resnet50-bs16", "resnet50-bs32"):
+        state.classes.id(name)
+    solo = {("v100", "resnet50-bs64"): 4.0, ("v100", "resnet50-bs32"): 7.0, ("v100", "resnet50-bs16"): 12.0}
+    models = PolicyModels(state.classes, lambda kind: table, truth=table, profiles=[])
+    models.solo_tput.update(solo)
+    policy = make_policy("sjf-bsbf", models)
+    d = run(policy, state, JobRequest("n", "resnet50-bs64", predicted_duration=100.0))
+    # the largest micro-batch that fits and still pays: 32 x 2, at 0.8 x (7*32)/(4*64) of its speed
+    assert d.placed and d.shared and (d.micro_batch, d.grad_accum) == (32, 2)
+    assert d.predicted_norm_tput == pytest.approx(0.8 * (7 * 32) / (4 * 64))
+    assert d.to_dict()["micro_batch"] == 32 and "sub-batched" in d.reason
+    assert state.jobs["n"].job_class == "resnet50-bs32"  # what runs (and interferes) is the micro-batch
+    off = make_policy("sjf-bsbf/sub_batch=false", models)
+    state.release("n")
+    assert not run(off, state, JobRequest("n2", "resnet50-bs64", predicted_duration=100.0)).placed
+
+
+def horus_util(state, table, util):
     policy = make_policy("horus-util", models_for(state, table))
-    fill(state, policy, ["a", "b", "c"])  # a on 0; b, c share? no: nothing to share with yet for a
-    # the three residents sit on separate GPUs only if sharing did not qualify among them
-    state = cluster(1, 3)
+    policy.utilization.update({("v100", c): u for c, u in util.items()})
+    policy._per_type.clear()
+    return policy
+
+
+def test_horus_util_takes_free_gpus_first_then_packs_toward_full_utilization():
+    state = cluster(1, 4)
+    util = {"a": 60.0, "b": 30.0, "c": 90.0, "n": 40.0, "m": 10.0}
+    policy = horus_util(state, TablePredictor(default=0.7), util)
     for g, c in enumerate(["a", "b", "c"]):
         state.place(RunningJob(c, c, (g,), 0.0, 100.0))
-    d = run(policy, state, JobRequest("n", "n"))
-    assert d.gpu_ids == (0,)  # 1/0.9 + 1/0.9 = 2.22 < 1/0.8 + 1/0.95 = 2.30; c breaks the 1.5 limit
-    policy.utilization[("v100", "n")] = 80.0
-    policy.utilization[("v100", "a")] = 40.0
-    policy._util_arrays.clear()
-    state.release("n")
-    assert run(policy, state, JobRequest("n2", "n")).gpu_ids == (1,)  # a+n = 120 % > 100 %
+    assert run(policy, state, JobRequest("free", "n")).gpu_ids == (3,)  # a free GPU always costs least
+    state.release("free")
+    state.place(RunningJob("d", "m", (3,), 0.0, 100.0))
+    # a+n = 100 % (cost 1.0), b+n = 70 % (1.3), c+n = 130 % (1 + 0.3 x 1.6), m+n = 50 % (1.5)
+    assert run(policy, state, JobRequest("n1", "n")).gpu_ids == (0,)
+    # GPU 0 now has two jobs: one more co-runner costs 1, so b (70 % + 40 %) wins over a+n+n
+    assert run(policy, state, JobRequest("n2", "n")).gpu_ids == (1,)
+
+
+def test_horus_util_packs_up_to_three_jobs_and_checks_every_resident():
+    state = build_cluster([NodeGroup(1, 1, "v100", 16000.0)], max_jobs_per_gpu=3)
+    table = TablePredictor({("z", "b"): 0.0, ("b", "z"): 0.0}, default=0.7)
+    policy = horus_util(state, table, {"a": 30.0, "b": 30.0, "y": 30.0, "z": 30.0})
+    state.place(RunningJob("r1", "a", (0,), 0.0, 100.0))
+    state.place(RunningJob("r2", "b", (0,), 0.0, 100.0))
+    assert not run(policy, state, JobRequest("z1", "z")).placed  # z cannot fit with b (second resident)
+    assert run(policy, state, JobRequest("y1", "y")).gpu_ids == (0,)  # a third job
+    assert not run(policy, state, JobRequest("y2", "y")).placed  # never a fourth
+
+
+def test_horus_util_queue_by_utilization_with_look_ahead():
+    state = cluster(1, 1)
+    policy = horus_util(state, TablePredictor(default=0.7), {"hi": 90.0, "lo": 10.0})
+    queue = [JobRequest("h", "hi", submit_time=0.0), JobRequest("l", "lo", submit_time=5.0)]
+    assert [r.job_id for r in policy.order(queue)] == ["l", "h"]
+    # a class nobody measured: predicted from its model's features (no profiling)
+    assert policy.util_of("resnet50-bs64", "v100") > 90.0 and policy.util_of("a3c", "v100") < 20.0
+    assert policy.util_of("no-such-model", "v100") == policy.unknown_util
+    # the look-ahead: after 5 jobs failed in one cycle, the rest of the queue waits for the next cycle
+    for k in range(3):
+        state.place(RunningJob(f"r{k}", "hi", (0,), 0.0, 100.0))
+    ctx = SchedulingContext(0.0, 9, 9)
+    reasons = [policy.decide(state, JobRequest(f"w{i}", "lo"), ctx).reason for i in range(7)]
+    assert all("look-ahead" not in r for r in reasons[:5]) and all("look-ahead" in r for r in reasons[5:])
+    assert "look-ahead" not in policy.decide(state, JobRequest("w", "lo"), SchedulingContext()).reason
 
 
 def test_iasp_picks_least_similar_node_then_best_gpu():
@@ -204,6 +284,20 @@ def test_iasp_picks_least_similar_node_then_best_gpu():
     policy = make_policy("iasp-iapp", models_for(state, table))
     d = run(policy, state, JobRequest("n", "n"))
     assert state.gpu_node[d.gpu_ids[0]] == 1
+
+
+def test_iasp_two_stages_node_by_similarity_then_gpus_by_performance_and_communication():
+    state = cluster(2, 4)  # GPUs 0,1 | 2,3 share a switch on each node
+    state.place(RunningJob("a", "a", (0,), 0.0, 100.0))  # node 0: a (similar to n), node 1: b (not)
+    state.place(RunningJob("b", "b", (5,), 0.0, 100.0))
+    table = TablePredictor({("n", "a"): 0.5, ("a", "n"): 0.9, ("n", "b"): 0.95, ("b", "n"): 0.9}, default=0.9)
+    policy = make_policy("iasp-iapp", models_for(state, table))
+    # node 1 is the least similar even though node 0 has three free GPUs; there, the two free GPUs of one
+    # switch (6, 7) beat free GPU 4 + another switch, and GPU 5 (shared: 0.95 < 1)
+    d = run(policy, state, JobRequest("n", "n", gpus_per_node=2))
+    assert d.gpu_ids == (6, 7) and not d.shared
+    with pytest.raises(ValueError):
+        make_policy("iasp-iapp/similarity=mlp", models_for(state, table))
 
 
 def test_deepboot_lends_and_reclaims():

@@ -69,7 +69,7 @@ def test_no_answer_submits_unchanged_and_says_so_once(tmp_path, job_script):
     env = clean_environment(tmp_path, str(tmp_path / "nobody-listens.sock"))
     result = run_horus_sbatch(["--dry-run", str(job_script)], env, tmp_path)
     lines = result.stderr.decode().splitlines()
-    assert len(lines) == 1 and "no answer from horusd" in lines[0] and "without placement" in lines[0]
+    assert len(lines) == 1 and "no answer from horusd" in lines[0] and "job_submit.lua may still place it" in lines[0]
     assert f"command: sbatch {job_script}\n" in result.stdout.decode()
     assert result.stdout.endswith(SCRIPT)
 
@@ -87,9 +87,9 @@ def test_horus_options_never_reach_sbatch(tmp_path, job_script):
 
 
 @pytest.mark.parametrize("bad", [
-    {"nodes": ["n1;reboot"]}, {"nodes": []}, {"gres": "gpu:g1:1\nexport X=1"},
-    {"decision_id": "$(rm -rf ~)"}, {"binding": "magic"}, {"mps_thread_percentage": 500},
-    {"gpus": {"n3": ["2\nreboot"]}}, {"predicted_slowdown": "fast"},
+    {"nodes": ["n1;reboot"]}, {"nodes": []}, {"tres": "gres:gpu:g1:1\nexport X=1"},
+    {"id": "$(rm -rf ~)"}, {"binding": "magic"}, {"mps_thread_percentage": 500},
+    {"gpus": {"n3": ["2\nreboot"]}}, {"slowdown": "fast"}, {"tres": "gpu:g1:1"},
 ])
 def test_unsafe_or_malformed_decisions_are_not_used(tmp_path, job_script, bad):
     result, _ = dry_run(tmp_path, [str(job_script)], reply=place_reply(**bad))
@@ -162,3 +162,96 @@ def test_parsable_line_becomes_sbatchs_sentence(line, sentence):
     from slurm_horus.sbatch.cli import _sentence
 
     assert _sentence(line) == sentence
+
+
+def test_output_closed_early_ends_quietly_without_a_traceback(tmp_path, job_script):
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head` that has already exited: every write fails with EPIPE
+    with FakeHorusd(place_reply()) as horusd:
+        env = clean_environment(tmp_path, horusd.socket_path)
+        result = subprocess.run([sys.executable, "-c", "from slurm_horus.sbatch.cli import main; main()",
+                                 "--dry-run", "--explain", str(job_script)],
+                                env=env, cwd=tmp_path, stdout=write_end, stderr=subprocess.PIPE, timeout=60)
+    os.close(write_end)
+    assert result.returncode == 141 and b"Traceback" not in result.stderr, result.stderr
+
+
+def test_version_names_slurm_horus_and_sbatch(tmp_path):
+    from importlib.metadata import version
+
+    env = clean_environment(tmp_path, "/nonexistent")
+    (tmp_path / "slurm.conf").write_text("ClusterName=x\nSlurmctldHost=localhost\n")  # sbatch reads one
+    env.update(HORUS_SBATCH="sbatch", SLURM_CONF=str(tmp_path / "slurm.conf"))
+    result = run_horus_sbatch(["--version"], env, tmp_path)
+    lines = result.stdout.decode().splitlines()
+    assert result.returncode == 0
+    assert lines[0] == f"horus-sbatch (slurm-horus) {version('slurm-horus')}"
+    assert lines[1].startswith("slurm")  # sbatch's own line, e.g. "slurm-wlm 22.05.8"
+
+
+@pytest.mark.parametrize("args, env_extra, says", [
+    (["--horus-class", "bad class;x"], {}, "--horus-class: 'bad class;x' is not a job class name"),
+    (["--horus-batch-size", "abc"], {}, "--horus-batch-size: 'abc' is not a batch size"),
+    (["--horus-model", "a/b"], {}, "--horus-model: 'a/b' is not a job model name"),
+    ([], {"HORUS_BATCH_SIZE": "-3"}, "HORUS_BATCH_SIZE: '-3' is not a batch size"),
+])
+def test_bad_class_settings_are_one_line_and_ask_nothing(tmp_path, job_script, args, env_extra, says):
+    result, requests = dry_run(tmp_path, [*args, str(job_script)], env_extra=env_extra)
+    assert result.returncode == 1 and result.stdout == b"" and requests == []
+    assert result.stderr.decode().splitlines() == [f"horus-sbatch: {says} (letters, digits, '.', '_' and '-'; "
+                                                   "`horus model classes` lists the classes the model knows)"
+                                                   if "name" in says else
+                                                   f"horus-sbatch: {says} (a whole number from 1)"]
+
+
+def test_bad_horus_line_in_the_script_names_its_line(tmp_path):
+    script = tmp_path / "t.sh"
+    script.write_bytes(b"#!/bin/sh\n#SBATCH --gres=gpu:1\n#HORUS --batch-size=big\ntrue\n")
+    result, _ = dry_run(tmp_path, [str(script)])
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("horus-sbatch: t.sh: line 3: #HORUS --batch-size: 'big' is not")
+
+
+def test_unknown_class_is_named_with_close_matches(tmp_path, job_script):
+    reply = place_reply(class_known=False, class_suggestions=["resnet50-bs64", "resnet50-bs32"], job_class="resnt50-bs64")
+    result, _ = dry_run(tmp_path, ["--horus-class", "resnt50-bs64", str(job_script)], reply=reply)
+    assert result.stderr.decode() == (
+        "horus-sbatch: unknown job class 'resnt50-bs64' (did you mean resnet50-bs64, resnet50-bs32?): it is not "
+        "shared with other jobs; `horus model classes` lists the known classes\n")
+
+
+def test_explain_says_how_many_gpus_it_lists(tmp_path, job_script):
+    candidates = [{"node": "n3", "gpus": [2], "predicted_slowdown": 1.0, "why": "free", "chosen": True}]
+    result, _ = dry_run(tmp_path, ["--explain", str(job_script)],
+                        reply=place_reply(candidates=candidates, candidates_total=12, gpus_total=16))
+    assert ("# candidates considered: 12 of 16 GPUs, the best 1 listed (predicted slowdown of this job; "
+            "of the job already there):\n") in result.stdout.decode()
+
+
+@pytest.mark.parametrize("export, expected", [
+    ("NONE", "--export=NONE,HORUS_OFF=1"), ("PATH,FOO=1", "--export=PATH,FOO=1,HORUS_OFF=1"), ("ALL", None),
+])
+def test_horus_off_reaches_the_jobs_environment_whatever_export_says(tmp_path, job_script, export, expected):
+    result, requests = dry_run(tmp_path, ["--horus-off", f"--export={export}", str(job_script)])
+    out = result.stdout.decode()
+    assert requests == [] and "environment: HORUS_OFF=1\n" in out
+    command = next(line for line in out.splitlines() if line.startswith("command: "))
+    assert (expected in command) if expected else command.count("--export") == 1, command
+
+
+def test_placed_job_exports_its_decision_id_when_export_is_narrowed(tmp_path, job_script):
+    result, _ = dry_run(tmp_path, ["--export=NONE", str(job_script)])
+    assert "--export=NONE,HORUS_DECISION=h-test01 " in result.stdout.decode()
+
+
+def test_no_answer_carries_the_class_to_job_submit_lua(tmp_path, job_script):
+    # a login node without horusd's socket: the class still reaches job_submit.lua on the controller
+    env = clean_environment(tmp_path, str(tmp_path / "nobody-listens.sock"))
+    result = run_horus_sbatch(["--dry-run", "--horus-class", "lm-bs20", "--export=NONE", str(job_script)], env,
+                              tmp_path)
+    out = result.stdout.decode()
+    assert "environment: HORUS_CLASS=lm-bs20\n" in out
+    assert f"command: sbatch --export=NONE --export=NONE,HORUS_CLASS=lm-bs20 {job_script}\n" in out

@@ -197,3 +197,74 @@ def test_cli_bad_trace_message(tmp_path, capsys):
         main(["simulate", "--trace", trace, "--policy", "slurm-default", "--no-progress"])
     err = capsys.readouterr().err
     assert "t.csv:1: missing column(s) duration" in err
+
+
+def test_sjf_ffs_never_shares_while_a_gpu_is_free():
+    from slurm_horus.placement import ClassIndex, build_cluster, make_policy
+    from slurm_horus.sim.engine import Simulator
+    from slurm_horus.sim.run import policy_models, prepare_trace
+
+    truth = random_truth()
+    groups = [NodeGroup(2, 2, "v100", 16384.0)]
+    for span in (4000.0, 400.0, 40.0):  # light, medium and heavy load
+        jobs = prepare_trace(make_trace(80, seed=5, span=span), truth, 0, 1.0, 4)
+        classes = ClassIndex(truth.classes)
+        policy = make_policy("sjf-ffs", policy_models(truth, classes, holdout=False,
+                                                      predictor_factory=lambda kind: TruthPredictor(truth)))
+        free_when_shared, shared = [], [0]
+        decide = policy.decide
+
+        def watched(state, req, ctx=None, explain=False):
+            decision = decide(state, req, ctx, explain)
+            if decision.shared:
+                shared[0] += 1
+                free_when_shared.append(state.n_free)
+            return decision
+
+        policy.decide = watched
+        state = build_cluster(groups, classes=classes)
+        Simulator(state, truth, policy, jobs).run()
+        assert free_when_shared == [0] * shared[0], span
+    assert shared[0] > 0  # at the heaviest load it does share
+
+
+def test_spreading_a_multi_gpu_job_costs_what_gavel_measured():
+    from slurm_horus.interference.priors import builtin_scaling
+    from slurm_horus.sim.truth import load_truth
+
+    truth = load_truth("gavel:v100")
+    together, spread = builtin_scaling()[("v100", "lm-bs20", 4)]
+    assert spread / together == pytest.approx(0.301, abs=0.001)  # Gavel: 33.4 vs 111.0 steps/s
+    groups = [NodeGroup(2, 4, "v100", 16384.0)]
+    packed = TraceJob("packed", 0.0, 1000.0, 4, job_class="lm-bs20")  # 1 node x 4 GPUs
+    apart = TraceJob("apart", 0.0, 1000.0, 4, job_class="lm-bs20", gpus_per_node=2)  # 2 nodes x 2 GPUs
+    ends = {}
+    for job in (packed, apart):
+        result = run_policies([job], groups, truth, ["slurm-default"], holdout=False)[0]
+        ends[job.job_id] = result.jobs[0].end
+    assert ends["packed"] == pytest.approx(1000.0)
+    assert ends["apart"] == pytest.approx(1000.0 * together / spread)
+    # a size Gavel did not measure takes the nearest measured size below it; an unmeasured class the median
+    assert truth.spread_factor("lm-bs20", "v100", 6) == truth.spread_factor("lm-bs20", "v100", 4)
+    ratios = [min(1.0, s / t) for (g, _, n), (t, s) in builtin_scaling().items() if g == "v100" and n == 2]
+    assert truth.spread_factor("a3c", "v100", 2) == pytest.approx(float(np.median(ratios)))
+
+
+def test_a_sub_batched_job_runs_at_the_speed_of_the_smaller_batch():
+    from slurm_horus.sim.truth import load_truth
+
+    base = load_truth("gavel:v100")
+    # make resnet50-bs64 unable to share with lm-bs20 (and its micro-batch able to): sjf-bsbf sub-batches
+    obs = [Observation("v100", a, b, v) for (g, a, b), v in base.pairs.items()]
+    obs += [Observation("v100", "resnet50-bs64", "lm-bs20", 0.0), Observation("v100", "lm-bs20", "resnet50-bs64", 0.0),
+            Observation("v100", "resnet50-bs32", "lm-bs20", 0.9), Observation("v100", "lm-bs20", "resnet50-bs32", 0.9)]
+    truth = Truth(obs, name="t")
+    truth.solo = dict(base.solo)
+    trace = [TraceJob("long", 0.0, 10000.0, 1, job_class="lm-bs20"),
+             TraceJob("new", 1.0, 100.0, 1, job_class="resnet50-bs64")]
+    result = run_policies(trace, [NodeGroup(1, 1, "v100", 16384.0)], truth, ["sjf-bsbf"], holdout=False,
+                          predictor_factory=lambda kind: TruthPredictor(truth))[0]
+    new = [j for j in result.jobs if j.req.job_id == "new"][0]
+    speed = (base.solo[("v100", "resnet50-bs32")] * 32) / (base.solo[("v100", "resnet50-bs64")] * 64)
+    assert new.run_class == "resnet50-bs32" and new.ooms == 0
+    assert new.end == pytest.approx(1.0 + 100.0 / (0.9 * speed))

@@ -1,7 +1,7 @@
 import pytest
 
 from slurm_horus.errors import InputError
-from slurm_horus.slurm.hostlist import expand_hostlist
+from slurm_horus.hostlist import expand_hostlist
 
 
 @pytest.mark.parametrize("text, names", [

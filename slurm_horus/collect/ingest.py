@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..store.db import get_meta, set_meta, transaction
 from .records import (
-    JOB_COLUMNS, PARSABLE_DELIMITER, apply_exit_codes, PARSABLE_FIELDS, STEP_COLUMNS, TERMINAL_STATES,
+    JOB_COLUMNS, PARSABLE_DELIMITER, apply_exit_codes, apply_usage, PARSABLE_FIELDS, STEP_COLUMNS, TERMINAL_STATES,
     apply_decision_token, drop_decision_token, job_rows_from_json, job_rows_from_parsable,
 )
 
@@ -72,7 +72,10 @@ class SacctSource:
             + window
         )
         self.used = "parsable"
-        return job_rows_from_parsable(result.stdout)
+        jobs, steps = job_rows_from_parsable(result.stdout)
+        usage = self._run(["sacct", "-P", "-n", "-o", "JobIDRaw,TotalCPU,MaxRSS"] + window)
+        apply_usage(jobs, usage.stdout)
+        return jobs, steps
 
 
 class FileSource:

@@ -11,7 +11,9 @@ returns. What each row keeps beyond sacct's own fields:
 * ``horus_tokens`` / ``horus_id``: the ``horus:`` token of AdminComment. Never of Comment: users
   write that, and a token there would let them claim GPUs and decisions. The ingest keeps the token
   only when its decision is in the history (``collect/ingest.py``);
-* ``job_class``: ``class=`` in the (user's) comment, else the job name; a verified token's class wins.
+* ``job_class``: :func:`slurm_horus.jobclass.job_class_of` of the comment (``class=``), the very
+  reader horusd uses, and a verified token's class wins; NULL when the class is unknown (such jobs
+  run exclusive and teach the model nothing).
 """
 
 import json
@@ -19,6 +21,7 @@ import re
 import time
 
 from ..errors import InputError
+from ..jobclass import UNKNOWN_CLASS, job_class_of
 from ..tokens import parse_horus_tokens
 
 TERMINAL_STATES = frozenset(
@@ -33,22 +36,12 @@ JOB_COLUMNS = (
     "qos", "state", "exit_code", "exit_signal", "submit_time", "start_time", "end_time", "elapsed_s",
     "time_limit_min", "nodes", "n_nodes", "n_cpus", "mem_mb", "n_gpus", "gres_alloc", "gres_req",
     "gpu_indices", "shards", "comment", "admin_comment", "horus_id", "horus_tokens", "job_class",
+    "cpu_time_s", "max_rss_mb",
 )
 STEP_COLUMNS = (
     "cluster", "job_id", "step_id", "name", "state", "exit_code", "exit_signal", "start_time",
     "end_time", "elapsed_s", "nodes", "tres_alloc",
 )
-
-
-_CLASS_WORD = re.compile(r"(?:^|[\s,;])class=([A-Za-z0-9._+-]+)")
-
-
-def job_class_of(name, comment):
-    """Class of a job as its user declared it: ``class=`` in the comment, else the job name."""
-    match = _CLASS_WORD.search(comment or "")
-    if match:
-        return match.group(1)
-    return name or None
 
 
 def gres_from_tres(entries):
@@ -115,6 +108,8 @@ def _mem_mb(text):
 
 
 def _finish_job_row(row, gres_entries, req_text):
+    row.setdefault("cpu_time_s", None)
+    row.setdefault("max_rss_mb", None)
     gres_text, n_gpus, shards, indices = gres_from_tres(gres_entries)
     decision_id, tokens = parse_horus_tokens(row["admin_comment"])  # users write Comment: never from there
     row.update(
@@ -125,7 +120,7 @@ def _finish_job_row(row, gres_entries, req_text):
         gpu_indices=_indices_text(indices),
         horus_id=decision_id,
         horus_tokens=json.dumps(tokens, sort_keys=True) if tokens else None,
-        job_class=job_class_of(row["name"], row["comment"]),
+        job_class=_known(job_class_of(comment=row["comment"])),
     )
     return row
 
@@ -145,6 +140,10 @@ def drop_decision_token(row):
     """A row whose token names no decision the history holds: nothing of it is believed."""
     row["horus_id"] = row["horus_tokens"] = None
     return row
+
+
+def _known(job_class):
+    return None if job_class == UNKNOWN_CLASS else job_class
 
 
 # --- sacct --json (22.05, openapi dbv0.0.38) -------------------------------------------------
@@ -209,6 +208,58 @@ def _json_step_id(step, job_id):
     return ident[len(prefix):] if ident.startswith(prefix) else ident
 
 
+def _json_usage(steps):
+    """(CPU seconds, largest resident memory in MB) of a job from its steps, as seff reads them:
+    TotalCPU is the sum of the steps' user + system time, MaxRSS the largest step maximum."""
+    micros, rss = None, None
+    for step in steps:
+        total = _get(step, "time", "total")
+        if isinstance(total, dict) and (total.get("seconds") is not None or total.get("microseconds") is not None):
+            micros = (micros or 0) + _int(total.get("seconds"), 0) * 1000000 + _int(total.get("microseconds"), 0)
+        for item in _get(step, "tres", "requested", "max") or []:
+            if item.get("type") == "mem" and _int(item.get("count")) is not None:
+                rss = max(rss or 0.0, _int(item.get("count")) / (1024.0 * 1024.0))
+    # milliseconds, cut as sacct prints TotalCPU (so the sacct -P path reads the same number)
+    cpu = round(micros // 1000 / 1000.0, 3) if micros is not None else None
+    return cpu, (round(rss, 1) if rss is not None else None)
+
+
+def _parsable_seconds(text):
+    """sacct's TotalCPU: ``[D-][HH:]MM:SS[.mmm]`` -> seconds; None when empty."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    try:
+        seconds = sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
+        return seconds + (int(days) * 86400 if days else 0)
+    except ValueError:
+        return None
+
+
+def apply_usage(jobs, text):
+    """CPU time and MaxRSS from ``sacct -P -n -o JobIDRaw,TotalCPU,MaxRSS`` (the ``sacct -P`` path;
+    the JSON carries them in its steps): TotalCPU of the job line, the largest MaxRSS of its steps."""
+    cpu, rss = {}, {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 3:
+            continue
+        job_id = fields[0].split(".")[0]
+        if "." not in fields[0]:
+            cpu[job_id] = _parsable_seconds(fields[1])
+        memory = _mem_mb(fields[2])
+        if memory is not None:
+            rss[job_id] = max(rss.get(job_id, 0.0), memory)
+    for job in jobs:
+        key = str(job["job_id"])
+        if cpu.get(key) is not None:
+            job["cpu_time_s"] = round(cpu[key], 3)
+        if key in rss:
+            job["max_rss_mb"] = round(rss[key], 1)
+
+
 def job_rows_from_json(doc, now=None):
     """Parse a ``sacct --json`` document -> (job rows, step rows) as dicts keyed by column."""
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
@@ -254,6 +305,7 @@ def job_rows_from_json(doc, now=None):
             "admin_comment": _get(job, "comment", "administrator") or None,
         }
         req_text = gres_from_tres(req_gres)[0]
+        row["cpu_time_s"], row["max_rss_mb"] = _json_usage(job.get("steps") or [])
         jobs.append(_finish_job_row(row, gres_entries, req_text))
         for step in job.get("steps") or []:
             step_exit, step_signal = _exit(step.get("exit_code"))

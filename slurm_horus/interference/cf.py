@@ -73,6 +73,18 @@ def class_side(profile_table, gpu_type):
     return np.column_stack([tput, speedup, known.astype(float)])
 
 
+def feasible_pair_arrays(predictor):
+    """The pairs that ran (normalized throughput > 0) as arrays (gpu position, target, co-runner,
+    value); sets ``predictor._seen``, the classes observed co-located (what a CF model covers)."""
+    g, t, c, y = pair_observation_arrays(predictor.index, predictor.observations, predictor.gpu_types)
+    feasible = y > 0
+    g, t, c, y = g[feasible], t[feasible], c[feasible], y[feasible]
+    predictor._seen = np.zeros(len(predictor.index), bool)
+    predictor._seen[t] = True
+    predictor._seen[c] = True
+    return g, t, c, y
+
+
 class CFPredictor(TablePredictor):
     name = "cf"
     options = {"rank": 6, "reg": 1e-3, "reg_gpu": 3e-4, "reg_factor": 1e-3, "seed": 0, "max_iter": 500}
@@ -95,12 +107,7 @@ class CFPredictor(TablePredictor):
 
     def _fit(self):
         count, gpus = len(self.index), len(self.gpu_types)
-        g, t, c, y = pair_observation_arrays(self.index, self.observations, self.gpu_types)
-        feasible = y > 0
-        g, t, c, y = g[feasible], t[feasible], c[feasible], y[feasible]
-        self._seen = np.zeros(count, bool)
-        self._seen[t] = True
-        self._seen[c] = True
+        g, t, c, y = feasible_pair_arrays(self)
         self._sides = {gpu: side_features(self.profile_table.features(gpu), self.memory.capacity_mb(gpu))
                        for gpu in self.gpu_types}
         features = np.zeros((len(y), N_SIDE))

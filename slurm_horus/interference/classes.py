@@ -64,3 +64,38 @@ def batch_orderings(names):
         members.sort()
         pairs.extend((a[1], b[1]) for a, b in zip(members, members[1:]) if a[0] < b[0])
     return pairs
+
+
+def with_batch(name, batch_size):
+    """``resnet50-bs64``, 32 -> ``resnet50-bs32`` (the same family at another per-step batch size);
+    ``lm-bs20-amp``, 10 -> ``lm-bs10-amp``. A name without a batch size is returned unchanged."""
+    match = _BATCH_RE.match(name)
+    if not match:
+        return name
+    return f"{match.group('head')}-bs{int(batch_size)}{match.group('tail')}"
+
+
+def smaller_batches(name, known):
+    """Micro-batch variants of ``name`` among the class names ``known``: [(micro_batch, grad_accum,
+    class)] for every batch size of the same family that divides the class's batch size, largest
+    micro-batch first (gradient accumulation keeps the global batch: micro × accum = batch)."""
+    family = batch_family(name)
+    if family is None:
+        return []
+    head, batch = family
+    out = []
+    for other in known:
+        key = batch_family(other)
+        if key and key[0] == head and key[1] < batch and batch % key[1] == 0:
+            out.append((key[1], batch // key[1], other))
+    return sorted(out, reverse=True)
+
+
+def micro_batch_speed(full_class, full_tput, micro_class, micro_tput):
+    """Samples/s of ``micro_class`` over those of ``full_class`` (same model, smaller per-step batch),
+    from their solo throughputs in steps/s; capped at 1 (accumulating gradients over smaller steps is
+    never counted faster than the batch as submitted). None when a batch size or throughput is unknown."""
+    full, micro = batch_family(full_class), batch_family(micro_class)
+    if not full_tput or not micro_tput or full is None or micro is None:
+        return None
+    return min(1.0, (micro_tput * micro[1]) / (full_tput * full[1]))

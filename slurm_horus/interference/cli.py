@@ -127,3 +127,60 @@ def fit_command(db, profiles, observations, predictor, memory_pairs):
     model_id = save_model(db, predictor, fitted.to_dict())
     click.echo(f"stored model {model_id} ({predictor}: {len(profile_rows)} profiles, "
                f"{len(observation_rows)} observations) in {db}")
+
+
+@model.command("classes")
+@click.option("--gpu-type", "gpu_types", multiple=True, help="only this GPU type (repeatable)")
+@click.option("--db", "db_path", help="history database holding a refitted model (default: the site config's db; "
+                                      "without one: the built-in priors)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
+def classes_command(gpu_types, db_path, as_json):
+    """The job classes the model knows, per GPU type, and what it knows of each: the class's own
+    solo profile, pairs measured with it, partners it has an answer for, partners it cannot fit beside."""
+    from .model import class_summary
+
+    fitted, origin = _site_model(db_path)
+    unknown = sorted(set(gpu_types) - set(fitted.gpu_types))
+    if unknown:
+        raise InputError(f"--gpu-type {', '.join(unknown)}: the model knows {', '.join(fitted.gpu_types)}")
+    rows = class_summary(fitted, list(gpu_types) or None)
+    if as_json:
+        click.echo(json.dumps({"model": origin, "classes": rows}))
+        return
+    click.echo(f"model: {origin}")
+    for gpu in list(gpu_types) or fitted.gpu_types:
+        mine = [r for r in rows if r["gpu_type"] == gpu]
+        click.echo(f"\n{gpu}: {len(mine)} classes (profile: GPU util %, memory util %, peak MB, solo throughput)")
+        click.echo(f"{'class':<24} {'util%':>6} {'mem%':>6} {'peak MB':>8} {'solo tput':>10} {'measured':>9} "
+                   f"{'partners known':>15} {'cannot share':>13}")
+        for r in mine:
+            cells = [_cell(r["gpu_util"], "{:.0f}"), _cell(r["mem_util"], "{:.0f}"), _cell(r["gmem_mb"], "{:.0f}"),
+                     _cell(r["solo_tput"], "{:.4g}")]
+            click.echo(f"{r['job_class']:<24} {cells[0]:>6} {cells[1]:>6} {cells[2]:>8} {cells[3]:>10} "
+                       f"{r['measured_pairs']:>9} {str(r['partners_known']) + ' of ' + str(r['partners']):>15} "
+                       f"{r['cannot_share_with']:>13}")
+
+
+def _cell(value, fmt):
+    return "-" if value is None else fmt.format(value)
+
+
+def _site_model(db_path):
+    """(fitted model, where it came from): the newest model stored in the history database, as horusd
+    uses it, else the built-in priors. A database that does not exist is not created."""
+    import os
+
+    from ..config import load_config
+    from ..store.db import default_db_path
+
+    path = db_path or default_db_path(load_config())
+    if db_path or os.path.isfile(path):
+        from ..store.db import open_db
+        from ..store.models import load_model
+        from .model import model_from_dict
+
+        stored = load_model(open_db(path, create=False))
+        if stored is not None:
+            model_id, name, created, state = stored
+            return model_from_dict(state), f"#{model_id} ({name}, {created}) from {path}"
+    return build_model("chain"), "the built-in priors (Gavel's measured V100 and P100 pairs; no site model stored)"

@@ -49,3 +49,27 @@ def memory_from_profiles(profiles):
         if size:
             sizes[profile.gpu_type] = float(size)
     return sizes
+
+
+# Peak dense throughput (TFLOP/s) from the vendors' data sheets: (FP32, FP16 on tensor cores with FP32
+# accumulation; FP32 again where there are none). Used by the utilization model (utilmodel.py) only.
+GPU_PEAK_TFLOPS = {
+    "k80": (4.4, 4.4),  # one of the two dies
+    "p100": (9.3, 18.7),
+    "v100": (15.7, 125.0),
+    "v100-32gb": (15.7, 125.0),
+    "t4": (8.1, 65.0),
+    "rtx2080ti": (13.4, 53.8),
+    "rtx3090": (35.6, 71.0),
+    "rtx4090": (82.6, 165.2),
+    "a10": (31.2, 125.0),
+    "a30": (10.3, 165.0),
+    "a40": (37.4, 149.7),
+    "l4": (30.3, 121.0),
+    "l40s": (91.6, 362.0),
+    "a100": (19.5, 312.0),
+    "a100-40gb": (19.5, 312.0),
+    "a100-80gb": (19.5, 312.0),
+    "h100": (67.0, 989.0),
+    "h200": (67.0, 989.0),
+}

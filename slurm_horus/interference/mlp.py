@@ -8,7 +8,7 @@ job's mean observed normalized throughput as a target and as a co-runner on this
 training observations, leave-one-out while training, shrunk towards the overall mean; every
 training row is also shown with the target's, the co-runner's and both histories hidden, so that a
 new class is predicted from its profile); plus the pair's time-slicing baseline
-``1/max(1, u_t + u_c)``. One hidden layer (tanh), sigmoid output,
+``1/max(1, u_t + u_c)``. One hidden layer (tanh; ``layers`` gives several, see ``mlp-deep``), sigmoid output,
 trained by Adam on the feasible observations with L2 weight decay; several seeds averaged.
 Covers a pair when both classes have a profile or observations.
 """
@@ -21,6 +21,16 @@ from .table import TablePredictor, pair_observation_arrays
 SHRINK = 3.0  # pseudo-observations pulling a class's observed mean towards the overall mean
 # columns of a row (see _rows) holding the target's and the co-runner's (mean, confidence)
 TARGET_HISTORY, CORUNNER_HISTORY = slice(-5, -3), slice(-3, -1)
+
+
+def adam_step(params, grads, first, second, rate, step):
+    """One Adam update (β 0.9 / 0.999) of ``params`` in place; ``first``/``second`` are its moments."""
+    for p, grad, m1, m2 in zip(params, grads, first, second):
+        m1 *= 0.9
+        m1 += 0.1 * grad
+        m2 *= 0.999
+        m2 += 0.001 * grad * grad
+        p -= rate * (m1 / (1 - 0.9 ** step)) / (np.sqrt(m2 / (1 - 0.999 ** step)) + 1e-8)
 
 
 class _Means:
@@ -48,7 +58,7 @@ class _Means:
 
 class MLPPredictor(TablePredictor):
     name = "mlp"
-    options = {"hidden": 16, "epochs": 600, "rate": 0.02, "decay": 3e-3, "seeds": 2}
+    options = {"hidden": 16, "layers": (), "epochs": 600, "rate": 0.02, "decay": 3e-3, "seeds": 2}
 
     def _class_inputs(self, gpu_type):
         f = self.profile_table.features(gpu_type)
@@ -109,34 +119,47 @@ class MLPPredictor(TablePredictor):
         for seed in range(self.settings["seeds"]):
             self.nets.append(self._train(x, y, seed))
 
+    def _sizes(self, inputs):
+        layers = tuple(self.settings.get("layers") or (self.settings["hidden"],))
+        return (inputs,) + tuple(int(n) for n in layers)
+
     def _train(self, x, y, seed):
+        """Adam on squared error, tanh hidden layers (``layers``, default one of ``hidden``), sigmoid output."""
         rng = np.random.default_rng(seed)
-        hidden, rate, decay = self.settings["hidden"], self.settings["rate"], self.settings["decay"]
-        params = [rng.normal(0, 1 / np.sqrt(x.shape[1]), (x.shape[1], hidden)), np.zeros(hidden),
-                  rng.normal(0, 1 / np.sqrt(hidden), hidden), np.zeros(1)]
+        rate, decay = self.settings["rate"], self.settings["decay"]
+        sizes = self._sizes(x.shape[1])
+        params = []
+        for a, b in zip(sizes, sizes[1:]):
+            params += [rng.normal(0, 1 / np.sqrt(a), (a, b)), np.zeros(b)]
+        params += [rng.normal(0, 1 / np.sqrt(sizes[-1]), sizes[-1]), np.zeros(1)]
         first = [np.zeros_like(p) for p in params]
         second = [np.zeros_like(p) for p in params]
         n = len(y)
         for step in range(1, self.settings["epochs"] + 1):
-            w1, b1, w2, b2 = params
-            h = np.tanh(x @ w1 + b1)
-            out = 1.0 / (1.0 + np.exp(-(h @ w2 + b2[0])))
+            acts = [x]
+            for k in range(0, len(params) - 2, 2):
+                acts.append(np.tanh(acts[-1] @ params[k] + params[k + 1]))
+            w_out, b_out = params[-2], params[-1]
+            out = 1.0 / (1.0 + np.exp(-(acts[-1] @ w_out + b_out[0])))
             d_out = (out - y) * out * (1 - out) * (2.0 / n)
-            d_h = np.outer(d_out, w2) * (1 - h * h)
-            grads = [x.T @ d_h + decay * w1, d_h.sum(axis=0), h.T @ d_out + decay * w2, np.array([d_out.sum()])]
-            for p, grad, m1, m2 in zip(params, grads, first, second):
-                m1 *= 0.9
-                m1 += 0.1 * grad
-                m2 *= 0.999
-                m2 += 0.001 * grad * grad
-                p -= rate * (m1 / (1 - 0.9 ** step)) / (np.sqrt(m2 / (1 - 0.999 ** step)) + 1e-8)
+            grads = [None] * len(params)
+            grads[-2], grads[-1] = acts[-1].T @ d_out + decay * w_out, np.array([d_out.sum()])
+            d_h = np.outer(d_out, w_out) * (1 - acts[-1] ** 2)
+            for k in range(len(params) - 4, -1, -2):
+                grads[k], grads[k + 1] = acts[k // 2].T @ d_h + decay * params[k], d_h.sum(axis=0)
+                if k:
+                    d_h = (d_h @ params[k].T) * (1 - acts[k // 2] ** 2)
+            adam_step(params, grads, first, second, rate, step)
         return params
 
     def _forward(self, x):
         x = (x - self._center) / self._spread
         outputs = []
-        for w1, b1, w2, b2 in self.nets:
-            outputs.append(1.0 / (1.0 + np.exp(-(np.tanh(x @ w1 + b1) @ w2 + b2[0]))))
+        for params in self.nets:
+            h = x
+            for k in range(0, len(params) - 2, 2):
+                h = np.tanh(h @ params[k] + params[k + 1])
+            outputs.append(1.0 / (1.0 + np.exp(-(h @ params[-2] + params[-1][0]))))
         return np.mean(outputs, axis=0)
 
     def _pair_matrix(self, gpu_type):
@@ -149,3 +172,13 @@ class MLPPredictor(TablePredictor):
         values[~self._known, :] = np.nan
         values[:, ~self._known] = np.nan
         return values
+
+
+class DeepMLPPredictor(MLPPredictor):
+    """``mlp-deep``: the same inputs and training through three hidden layers (64, 32, 16): closer to
+    the "deep neural network" of IAPP than ``mlp``'s single layer of 16 (compared in
+    bench/bench_interference.py and, inside ``iasp-iapp``, in bench/bench_sim.py)."""
+
+    name = "mlp-deep"
+    source = "mlp"
+    options = dict(MLPPredictor.options, layers=(64, 32, 16), epochs=800, rate=0.01)

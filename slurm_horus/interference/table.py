@@ -239,6 +239,7 @@ class TablePredictor(Predictor):
     """
 
     name = "base"
+    source = ""  # the Prediction.source of its answers when not its name (a variant of a known kind)
     options = {}
 
     def __init__(self, gpu_memory_mb=None, **options):
@@ -282,7 +283,7 @@ class TablePredictor(Predictor):
     def _pair_table(self, gpu_type):
         """(values with NaN where uncovered, int8 source codes) for the C x C known classes."""
         values = np.asarray(self._pair_matrix(gpu_type), dtype=float)
-        sources = np.full(values.shape, SOURCE_CODE[self.name], dtype=np.int8)
+        sources = np.full(values.shape, SOURCE_CODE[self.source or self.name], dtype=np.int8)
         return values, sources
 
     def _table(self, gpu_type):

@@ -10,6 +10,7 @@ once); ``LocalCluster.attach(dir)`` picks a running cluster up again from its st
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import socket
 import stat
@@ -86,6 +87,16 @@ def _golden_key(cluster_name):
         info = os.stat(os.path.realpath(path)) if path else None
         parts.append(f"{program}:{info.st_size}:{int(info.st_mtime)}" if info else program)
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
+
+
+def poll(predicate, timeout, step=0.2):
+    """True as soon as ``predicate()`` is, False once ``timeout`` seconds passed (tests, benchmarks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
 
 
 def _wait_until(predicate, timeout, what, log_hint=None, poll=0.05):
@@ -184,7 +195,12 @@ class LocalCluster:
         return str(self.layout.run / "horusd.sock")
 
     def export_line(self):
-        return f"export SLURM_CONF={self.slurm_conf}"
+        """The shell line that points Slurm's commands and horus's (``horus doctor``, ``horus-sbatch``,
+        ``horus report``) at this cluster: SLURM_CONF, and HORUS_CONFIG when horusd runs here."""
+        line = f"export SLURM_CONF={shlex.quote(str(self.slurm_conf))}"
+        if self.horus_config.exists():
+            line += f" HORUS_CONFIG={shlex.quote(str(self.horus_config))}"
+        return line
 
     def node_names(self):
         return files.node_names(self.nodes)

@@ -44,9 +44,11 @@ def start_horusd(cluster, timeout):
     env["HORUS_CONFIG"] = str(cluster.horus_config)
     make_private(layout.log / "horusd.stdout")
     with open(layout.log / "horusd.stdout", "ab") as out:
+        # cwd: `python -m` looks in the current directory first, where another copy of slurm_horus
+        # (a checkout of another version) would be run instead of this installation
         child = subprocess.Popen([sys.executable, "-m", "slurm_horus", "serve", "--log-file", str(log)],
                                  env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                 start_new_session=True)
+                                 start_new_session=True, cwd=str(layout.root))
     cluster._children.append(child)
     cluster._record("horusd", child.pid)
     deadline = time.monotonic() + min(timeout, 60)

@@ -121,6 +121,10 @@ class Policy:
                     mask |= pm
         else:
             mask = np.ones(state.n_gpus, dtype=bool)
+        if req.gpu_type:
+            if req.gpu_type not in state.gpu_types:
+                return np.zeros(state.n_gpus, dtype=bool)
+            mask &= state.gpu_type_id == state.gpu_types.index(req.gpu_type)
         ok = njobs == 0
         if req.mem_mb > 0:
             ok &= state.gpu_mem_total >= req.mem_mb
@@ -227,7 +231,8 @@ class Policy:
         mask = self.filter_gpus(cycle)
         cycle.idx = np.flatnonzero(mask)
         if len(cycle.idx) < req.n_gpus:
-            return Decision(req.job_id, False, self.name, reason="not enough free or shareable GPUs")
+            return Decision(req.job_id, False, self.name, reason="not enough free or shareable GPUs",
+                            n_feasible=len(cycle.idx))
         self._fill_predictions(cycle)
         # a predicted 0 means the pair cannot run together (memory): never a candidate
         cycle.score = np.where(cycle.job_tput > 0, self.score_gpus(cycle), NEG_INF)
@@ -235,7 +240,8 @@ class Policy:
         cands = self._candidates(cycle) if explain else []
         if chosen is None:
             reason = cycle.notes.get("wait_reason", "no GPU qualifies under this policy")
-            return Decision(req.job_id, False, self.name, reason=str(reason), candidates=cands)
+            return Decision(req.job_id, False, self.name, reason=str(reason), candidates=cands,
+                            n_feasible=len(cycle.idx))
         return self._decision(cycle, chosen, cands)
 
     def _decision(self, cycle: Cycle, chosen: np.ndarray, cands: List[Candidate]) -> Decision:
@@ -253,11 +259,12 @@ class Policy:
                 job_tput = min(job_tput, float(cycle.job_tput[pos]))
                 for other in state.gpu_jobs[g]:
                     corunners[other] = min(corunners.get(other, 1.0), float(cycle.res_tput[pos]))
-        reason = cycle.notes.get("reason") or ("shared" if shared else "exclusive")
+        reason = cycle.notes.get("reason") or ("joins a running job" if shared else "a free GPU")
         return Decision(req.job_id, True, self.name, nodes=list(gpus), gpus=gpus, gpu_ids=gpu_ids,
                         shared=shared, predicted_norm_tput=job_tput,
                         predicted_slowdown=(1.0 / job_tput) if job_tput > 0 else math.inf,
-                        corunner_norm_tput=corunners, reason=str(reason), candidates=cands)
+                        corunner_norm_tput=corunners, reason=str(reason), candidates=cands,
+                        n_feasible=len(cycle.idx))
 
     def _candidates(self, cycle: Cycle, limit: int = 8) -> List[Candidate]:
         if cycle.score is None or len(cycle.idx) == 0:
@@ -269,7 +276,8 @@ class Policy:
             resident = int(cycle.resident[pos])
             note = "free" if resident < 0 else f"with {cycle.state.classes.names[resident]}"
             out.append(Candidate(cycle.state.gpu_label(g), float(cycle.score[pos]), resident >= 0,
-                                 float(cycle.job_tput[pos]), note))
+                                 float(cycle.job_tput[pos]), note,
+                                 float(cycle.res_tput[pos]) if resident >= 0 else 1.0))
         return out
 
     # ---- applying a decision --------------------------------------------------------------------

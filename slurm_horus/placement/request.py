@@ -24,6 +24,7 @@ class JobRequest:
     extra_partitions: Tuple[str, ...] = ()  # partitions it may borrow from (DeepBoot lending)
     application: str = ""  # what it runs (DeepBoot: an inference pod kept warm serves one application)
     elastic: Optional[ElasticSpec] = None  # resizable: the scheduler picks its replica count
+    gpu_type: str = ""  # "" = any; else only GPUs of this type (the user asked for it)
 
     @property
     def n_gpus(self) -> int:
@@ -47,6 +48,7 @@ class Candidate:
     shared: bool
     job_tput: float
     note: str = ""
+    corunner_tput: float = 1.0  # predicted throughput the job already on that GPU keeps (1.0: none)
 
 
 @dataclass
@@ -65,6 +67,12 @@ class Decision:
     corunner_norm_tput: Dict[str, float] = field(default_factory=dict)  # job_id -> its tput after
     reason: str = ""
     candidates: List[Candidate] = field(default_factory=list)
+    # run with a smaller per-step batch and accumulate gradients (SJF-BSBF, when a pair does not fit
+    # in memory otherwise): ``micro_batch`` samples per step, ``grad_accum`` steps per update, the
+    # global batch unchanged; 0 / 1 = as submitted. Reaches the job as HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM.
+    micro_batch: int = 0
+    grad_accum: int = 1
+    n_feasible: int = 0  # GPUs that passed the filter (``candidates`` lists the best of them)
 
     @property
     def exclusive(self) -> bool:
@@ -77,7 +85,7 @@ class Decision:
             "shared": self.shared, "predicted_norm_tput": round(self.predicted_norm_tput, 4),
             "predicted_slowdown": round(self.predicted_slowdown, 4),
             "corunner_norm_tput": {k: round(v, 4) for k, v in self.corunner_norm_tput.items()},
-            "reason": self.reason,
+            "reason": self.reason, "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
             "candidates": [{"where": c.where, "score": round(c.score, 4), "shared": c.shared,
                             "job_tput": round(c.job_tput, 4), "note": c.note} for c in self.candidates],
         }

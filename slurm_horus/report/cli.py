@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 
 from ..config import load_config
-from ..errors import InputError
+from ..collect.records import TERMINAL_STATES
+from ..errors import HorusError, InputError, check_output_path
 from ..store.db import default_db_path, open_db
 
 
@@ -23,6 +24,7 @@ def _emit(kind, report, as_json, html_out, text_of):
 
     text = text_of(report)
     if html_out:
+        check_output_path(html_out, "--html")
         try:
             Path(html_out).write_text(html(kind, report, text))
         except OSError as exc:
@@ -45,33 +47,79 @@ def report():
 
 
 @report.command("job")
-@click.argument("job_id", type=int)
+@click.argument("job_id")
 @_options
-def job_command(job_id, db_path, as_json, html_out):
-    """One job: GPUs, utilization and memory, co-runners, predicted vs observed slowdown, flags."""
-    from .build import job_report
-    from .render import job_text
+@click.option("--mail-line", is_flag=True,
+              help="print one line for the job's owner (what it used, first advice): for Slurm's MailProg "
+                   "or an epilog (see docs/history.md)")
+def job_command(job_id, db_path, as_json, html_out, mail_line):
+    """One job (JOB_ID: N, or N_T for task T of array N; an array's base id N shows every task):
+    GPUs, utilization and memory, CPU/memory/time efficiency, co-runners, predicted vs observed
+    slowdown, flags with advice."""
+    from .build import array_mail_line, array_report, find_jobs, job_report, mail_line as one_line
+    from .render import array_text, job_text
 
     config = load_config()
-    db = open_db(db_path or default_db_path(config))
-    result = job_report(db, job_id, slowdown_limit=config.slowdown_limit)
-    if result is None:
+    try:
+        from .build import parse_job_spec
+
+        parse_job_spec(job_id)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    db = open_db(db_path or default_db_path(config), create=False)
+    rows = find_jobs(db, job_id)
+    if not rows:
         raise InputError(f"job {job_id} is not in the history database (run `horus ingest`)")
-    _emit("job", result, as_json, html_out, job_text)
+    reports = [job_report(db, row["job_id"], slowdown_limit=config.slowdown_limit) for row in rows]
+    if mail_line and any(r["job"]["state"] not in TERMINAL_STATES for r in reports):
+        # the MailProg wrapper asks again after the next ingest
+        raise HorusError(f"job {job_id} has not ended in the history database yet", exit_code=3)
+    if len(reports) == 1 and (rows[0]["array_job_id"] is None or "_" in job_id):
+        if mail_line:
+            click.echo(one_line(reports[0]))
+            return
+        _emit("job", reports[0], as_json, html_out, job_text)
+        return
+    array = array_report(db, reports)
+    if mail_line:
+        click.echo(array_mail_line(array))
+        return
+    _emit("array", array, as_json, html_out, array_text)
+
+
+@report.command("jobs")
+@_options
+@click.option("--user", help="only this user's jobs")
+@click.option("--state", help="only jobs in this state (COMPLETED, FAILED, TIMEOUT, ...)")
+@click.option("--since", help="only jobs that ran after this date (YYYY-MM-DD[THH:MM])")
+@click.option("--until", help="only jobs that ran before this date")
+@click.option("--limit", type=click.IntRange(1, 100000), default=200, show_default=True, help="newest jobs shown")
+def jobs_command(db_path, as_json, html_out, user, state, since, until, limit):
+    """A job list, newest first, as reportseff shows one: elapsed, GPU utilization and memory, CPU,
+    memory and time efficiency, flags."""
+    from .build import jobs_report
+    from .render import jobs_text
+
+    config = load_config()
+    db = open_db(db_path or default_db_path(config), create=False)
+    result = jobs_report(db, user=user, since=_since(since, "--since"), until=_since(until, "--until"),
+                         state=state, limit=limit, slowdown_limit=config.slowdown_limit)
+    _emit("jobs", result, as_json, html_out, jobs_text)
 
 
 def _group_command(by):
     @_options
     @click.option("--since", help="only jobs that ran after this date (YYYY-MM-DD[THH:MM])")
     @click.option("--until", help="only jobs that ran before this date")
-    def command(db_path, as_json, html_out, since, until):
+    @click.option("--user", help="only this user's jobs")
+    def command(db_path, as_json, html_out, since, until, user):
         from .build import group_report
         from .render import group_text
 
         config = load_config()
-        db = open_db(db_path or default_db_path(config))
+        db = open_db(db_path or default_db_path(config), create=False)
         result = group_report(db, by, _since(since, "--since"), _since(until, "--until"),
-                              slowdown_limit=config.slowdown_limit)
+                              slowdown_limit=config.slowdown_limit, user=user)
         _emit(by, result, as_json, html_out, group_text)
 
     command.__doc__ = f"GPU-hours allocated vs used, utilization, GPU-hours saved by sharing, per {by[:-1]}."
@@ -91,6 +139,6 @@ def cluster_command(db_path, as_json, html_out, since, until):
     from .build import cluster_report
     from .render import cluster_text
 
-    db = open_db(db_path or default_db_path(load_config()))
+    db = open_db(db_path or default_db_path(load_config()), create=False)
     result = cluster_report(db, _since(since, "--since"), _since(until, "--until"))
     _emit("cluster", result, as_json, html_out, cluster_text)

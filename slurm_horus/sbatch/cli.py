@@ -122,8 +122,29 @@ class _Invocation:
         return value
 
 
-def _horus_settings(directives, invocation, environ, warn):
-    """Job class, hints and the off switch: #HORUS lines < HORUS_* environment < command line."""
+class BadHorusOption(Exception):
+    """A horus-sbatch option (or #HORUS line, or HORUS_* variable) with a value that cannot be used:
+    one line on stderr, exit 1 (as sbatch does for a bad option), nothing submitted."""
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _check_setting(key, value, where):
+    """The value of a class, model or batch-size setting, or BadHorusOption naming ``where``."""
+    if key in ("class", "model"):
+        if not value or not set(value) <= _NAME_CHARS:
+            raise BadHorusOption(f"{where}: {value!r} is not a job {key} name (letters, digits, '.', '_' and '-'; "
+                                 "`horus model classes` lists the classes the model knows)")
+    elif key == "batch-size":
+        if not value.isdigit() or int(value) < 1:
+            raise BadHorusOption(f"{where}: {value!r} is not a batch size (a whole number from 1)")
+    return value
+
+
+def _horus_settings(directives, invocation, environ, warn, location="script"):
+    """Job class, hints and the off switch: #HORUS lines < HORUS_* environment < command line.
+    A value that cannot be used raises BadHorusOption."""
     settings = {}
     names = {"--class": "class", "--model": "model", "--batch-size": "batch-size", "--off": "off"}
     for words, lineno in directives.horus:
@@ -137,9 +158,9 @@ def _horus_settings(directives, invocation, environ, warn):
             elif key == "off":
                 settings["off"] = True
             elif has_value:
-                settings[key] = value
+                settings[key] = _check_setting(key, value, f"{location}: line {lineno}: #HORUS {name}")
             elif index + 1 < len(words):
-                settings[key] = words[index + 1]
+                settings[key] = _check_setting(key, words[index + 1], f"{location}: line {lineno}: #HORUS {name}")
                 index += 1
             else:
                 warn(f"line {lineno}: #HORUS {name} needs a value")
@@ -147,11 +168,11 @@ def _horus_settings(directives, invocation, environ, warn):
     for variable, key in (("HORUS_CLASS", "class"), ("HORUS_MODEL", "model"),
                           ("HORUS_BATCH_SIZE", "batch-size")):
         if environ.get(variable):
-            settings[key] = environ[variable]
+            settings[key] = _check_setting(key, environ[variable], variable)
     for option_key, key in (("horus-class", "class"), ("horus-model", "model"),
                             ("horus-batch-size", "batch-size")):
         if option_key in invocation.horus and invocation.horus[option_key] is not None:
-            settings[key] = invocation.horus[option_key]
+            settings[key] = _check_setting(key, invocation.horus[option_key], f"--{option_key}")
     if "horus-off" in invocation.horus:
         settings["off"] = True
     return settings
@@ -207,8 +228,12 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
 
     directives = read_directives(script)
     location = "--wrap" if wrap is not None else (script_name or "stdin")
-    settings = _horus_settings(directives, invocation, environ, lambda text: say(f"{location}: {text}"))
+    settings = _horus_settings(directives, invocation, environ, lambda text: say(f"{location}: {text}"), location)
     view = JobView(directives.components[0], environ, invocation.sbatch_options)
+    if settings.get("off"):
+        # job_submit.lua reads it from the job's environment: the job is left to Slurm, never shared
+        unchanged.environment["HORUS_OFF"] = "1"
+        unchanged.argv = invocation.words_without() + _export_option(view, unchanged.environment) + invocation.rest
     why_not = _why_not_place(directives, settings, view)
     if why_not or config is None:
         unchanged.why_unchanged = why_not or "the site configuration is unusable"
@@ -234,11 +259,21 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
     user_socket = config.socket + ".user"
     reply = asker(request, user_socket, config.timeout_ms / 1000.0)
     if reply is None:
-        say(f"no answer from horusd at {user_socket} within {config.timeout_ms:g} ms; "
-            "job submitted without placement")
+        # e.g. a login node, far from horusd's Unix socket: job_submit.lua in slurmctld still asks
+        # horusd, and reads the job class from the job's environment
+        say(f"no answer from horusd at {user_socket} within {config.timeout_ms:g} ms; job submitted "
+            "without a preview (job_submit.lua may still place it)")
+        carried = {name: value for name, value in (("HORUS_CLASS", settings.get("class")),
+                                                   ("HORUS_MODEL", settings.get("model")),
+                                                   ("HORUS_BATCH_SIZE", settings.get("batch-size"))) if value}
+        if carried:
+            unchanged.environment.update(carried)
+            unchanged.argv = (invocation.words_without() + _export_option(view, unchanged.environment)
+                              + invocation.rest)
         unchanged.why_unchanged = "horusd did not answer"
         return unchanged, script
     unchanged.decision_reply = reply
+    _say_unknown_class(reply, settings.get("class"), hints, say)
     if reply.get("action") != "place":
         reason = one_line(reply.get("reason"))
         unchanged.why_unchanged = "horusd leaves this job to Slurm" + (f": {reason}" if reason else "")
@@ -268,6 +303,20 @@ def plan(invocation, environ, say, config, stdin=None, asker=None):
     return submission, script
 
 
+def _say_unknown_class(reply, job_class, hints, say):
+    """One line when the class the user named is not one the interference model knows (with the
+    closest known names horusd sent), saying what that means for the job."""
+    if reply.get("class_known") is not False or not (job_class or hints.get("HORUS_MODEL")):
+        return
+    named = one_line(str(reply.get("class") or job_class))
+    suggestions = reply.get("class_suggestions") if isinstance(reply.get("class_suggestions"), list) else []
+    close = ", ".join(one_line(str(s)) for s in suggestions[:3] if isinstance(s, str))
+    effect = "it is not shared with other jobs" if reply.get("mode") in (None, "exclusive") else \
+        "the model can only guess how it shares"
+    say(f"unknown job class '{named}'" + (f" (did you mean {close}?)" if close else "")
+        + f": {effect}; `horus model classes` lists the known classes")
+
+
 def _placed(invocation, environ, view, script, directives, decision, settings, hints):
     """The submission that binds the job where ``decision`` says (script not yet placed in argv)."""
     from .rewrite import binding_options, exports, insert_header, render_header, replaced_on_command_line
@@ -289,7 +338,17 @@ def _placed(invocation, environ, view, script, directives, decision, settings, h
     # job_submit.lua reads the decision id from the job's environment and has horusd confirm it,
     # so the job carries the same horus:<id> token in admin_comment as a job placed by the Lua
     submission.environment["HORUS_DECISION"] = decision.decision_id
+    submission.argv += _export_option(view, submission.environment)
     return submission
+
+
+def _export_option(view, variables):
+    """job_submit.lua reads HORUS_* from the job's environment, which holds only what ``--export``
+    lets through: when the user narrowed it (``--export=NONE`` or a list), add ours to that list."""
+    value = view.value("export")
+    if value is None or not variables or value.split(",")[0].strip().upper() == "ALL":
+        return []
+    return [f"--export={value}," + ",".join(f"{name}={variables[name]}" for name in sorted(variables))]
 
 
 def explain_lines(submission):
@@ -297,11 +356,19 @@ def explain_lines(submission):
     lines = []
     if submission.decision is not None:
         lines.append(f"decision {submission.decision.summary()}")
+        if submission.decision.micro_batch is not None:
+            lines.append(f"sub-batching: {submission.decision.micro_batch} samples per step, gradients accumulated "
+                         f"over {submission.decision.grad_accum or 1} steps (HORUS_MICRO_BATCH, HORUS_GRAD_ACCUM)")
     else:
         lines.append(f"job left to Slurm: {submission.why_unchanged}")
     candidates = reply.get("candidates") if isinstance(reply.get("candidates"), list) else []
     if candidates:
-        lines.append("candidates considered (predicted slowdown of this job; worst co-runner):")
+        total, gpus = reply.get("candidates_total"), reply.get("gpus_total")
+        counted = ""
+        if isinstance(total, int) and isinstance(gpus, int) and not isinstance(total, bool):
+            counted = f": {total} of {gpus} GPUs" + (f", the best {len(candidates)} listed" if total > len(candidates)
+                                                       else "")
+        lines.append(f"candidates considered{counted} (predicted slowdown of this job; of the job already there):")
         for candidate in candidates:
             if not isinstance(candidate, dict):
                 continue
@@ -432,6 +499,13 @@ def _sentence(line):
 
 
 def main(argv=None, environ=None):
+    try:
+        return _main(argv, environ)
+    except BrokenPipeError:
+        _closed_output()
+
+
+def _main(argv, environ):
     argv = sys.argv[1:] if argv is None else list(argv)
     environ = os.environ if environ is None else environ
 
@@ -453,16 +527,28 @@ def main(argv=None, environ=None):
     if sbatch is None:
         say(f"{sbatch_name} not found on PATH")
         return _exit(127)
-    if any(o.name in ("help", "usage", "version") for o in invocation.sbatch_options):
+    if any(o.name == "version" for o in invocation.sbatch_options):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            own = version("slurm-horus")
+        except PackageNotFoundError:
+            own = "unknown"
+        sys.stdout.write(f"horus-sbatch (slurm-horus) {own}\n")
+        return _exit(_spawn(sbatch, ["sbatch", "--version"], dict(environ), None, False))
+    if any(o.name in ("help", "usage") for o in invocation.sbatch_options):
         if not any(o.name == "help" for o in invocation.sbatch_options):
             os.execv(sbatch, ["sbatch"] + invocation.words_without() + invocation.rest)
         status = _spawn(sbatch, ["sbatch", "--help"], dict(environ), None, False)
         sys.stdout.write(HORUS_HELP)
         return _exit(status)
-    submission, original = plan(invocation, environ, say, config)
+    try:
+        submission, original = plan(invocation, environ, say, config)
+    except BadHorusOption as exc:
+        say(str(exc))
+        return _exit(1)
     if "dry-run" in invocation.horus:
         print_dry_run(submission, original, sys.stdout.buffer)
-        sys.stdout.flush()
         return _exit(0)
     if "explain" in invocation.horus:
         for line in explain_lines(submission):
@@ -474,5 +560,16 @@ def main(argv=None, environ=None):
 
 
 def _exit(status):
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _closed_output()
     sys.exit(status)
+
+
+def _closed_output():
+    """The reader of our output went away (``horus-sbatch --dry-run ... | head``): stop quietly, as
+    shell tools do (exit 141 = 128 + SIGPIPE), with no traceback at interpreter exit either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)

@@ -36,19 +36,24 @@ class Decision:
         self.binding = reply.get("binding") or "indexed"
         if self.binding not in _BINDINGS:
             raise ValueError(f"bad binding {self.binding!r}")
-        self.gres = reply.get("gres") or ""
-        if not isinstance(self.gres, str) or not _GRES.match(self.gres):
-            raise ValueError(f"bad gres {self.gres!r}")
+        tres = reply.get("tres") or ""
+        if not isinstance(tres, str) or not _GRES.match(tres) or \
+                any(not item.startswith("gres:") for item in tres.split(",") if tres):
+            raise ValueError(f"bad tres {tres!r}")
+        # sbatch's --gres spelling of the reply's tres_per_node (gres:shard:g2:1 -> shard:g2:1)
+        self.gres = "" if self.binding == "node" else ",".join(item[len("gres:"):] for item in tres.split(",") if tres)
         if self.binding != "node" and not self.gres:
             raise ValueError(f"binding {self.binding} without gres")
-        self.decision_id = str(reply.get("decision_id") or "")
+        self.decision_id = str(reply.get("id") or "")
         if not _DECISION_ID.match(self.decision_id):
-            raise ValueError(f"bad decision_id {self.decision_id!r}")
-        self.mode = reply.get("mode") if reply.get("mode") in ("exclusive", "shared") else ""
-        self.predicted_slowdown = _number(reply, "predicted_slowdown", float, 0.0, 1000.0)
+            raise ValueError(f"bad id {self.decision_id!r}")
+        # shareable: alone on a GPU shard for now (binding shard), a well-matched job may join it
+        self.mode = {"exclusive": "exclusive", "shared": "shared", "shareable": "shared via shard, alone for now"}.get(
+            reply.get("mode"), "")
+        self.predicted_slowdown = _number(reply, "slowdown", float, 0.0, 1000.0)
         self.mps_percentage = _number(reply, "mps_thread_percentage", int, 1, 100)
-        self.grad_accum_steps = _number(reply, "grad_accum_steps", int, 1, 1 << 20)
-        self.sub_batch = _number(reply, "sub_batch", int, 1, 1 << 30)
+        self.micro_batch = _number(reply, "micro_batch", int, 1, 1 << 30)
+        self.grad_accum = _number(reply, "grad_accum", int, 1, 1 << 20)
         self.gpus = reply.get("gpus") or {}
         if not isinstance(self.gpus, dict) or not all(
                 isinstance(node, str) and _NODE.match(node) and isinstance(indexes, list)
@@ -58,7 +63,7 @@ class Decision:
         self.corunners = reply.get("corunner_slowdowns") if isinstance(
             reply.get("corunner_slowdowns"), dict) else {}
         self.reason = one_line(reply.get("reason"))
-        self.job_class = one_line(reply.get("job_class"))
+        self.job_class = one_line(reply.get("class"))
         self.candidates = reply.get("candidates") if isinstance(reply.get("candidates"), list) else []
 
     def summary(self):
@@ -117,10 +122,10 @@ def exports(decision):
         pairs.append(("HORUS_PREDICTED_SLOWDOWN", f"{decision.predicted_slowdown:.2f}"))
     if decision.mps_percentage is not None:
         pairs.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(decision.mps_percentage)))
-    if decision.grad_accum_steps is not None:
-        pairs.append(("HORUS_GRAD_ACCUM_STEPS", str(decision.grad_accum_steps)))
-    if decision.sub_batch is not None:
-        pairs.append(("HORUS_SUB_BATCH", str(decision.sub_batch)))
+    if decision.micro_batch is not None:
+        pairs.append(("HORUS_MICRO_BATCH", str(decision.micro_batch)))
+    if decision.grad_accum is not None:
+        pairs.append(("HORUS_GRAD_ACCUM", str(decision.grad_accum)))
     return pairs
 
 
@@ -137,9 +142,9 @@ def explanation(decision, job_class, hints):
             lines.append(f"Predicted effect on the jobs already there: {others}.")
     if decision.reason:
         lines.append(f"Why: {decision.reason}")
-    if decision.grad_accum_steps is not None or decision.sub_batch is not None:
-        lines.append("This job shares a GPU's memory: run HORUS_SUB_BATCH samples per step and "
-                     "accumulate gradients over HORUS_GRAD_ACCUM_STEPS steps, so the effective "
+    if decision.micro_batch is not None or decision.grad_accum is not None:
+        lines.append("This job shares a GPU's memory: run HORUS_MICRO_BATCH samples per step and "
+                     "accumulate gradients over HORUS_GRAD_ACCUM steps, so the effective "
                      "batch size is unchanged.")
     lines.append("Command-line options outrank these #SBATCH lines; horus-sbatch passed them there too.")
     return lines

@@ -1,7 +1,9 @@
 """``horus serve``: wire the site config, the Slurm reader, the placement core and the sockets.
 
 Lifecycle: read config → build the interference model and the policy → first refresh from Slurm →
-listen. A background thread refreshes the cluster state every ``refresh_s``; SIGHUP (or a
+listen. A background thread refreshes the cluster state every ``refresh_s``; another runs the
+scheduling cycle over the jobs horusd keeps (after every refresh, at least every ``cycle_s``) and
+starts what it places (mover.py); a third renews the kept jobs' lease; SIGHUP (or a
 ``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
 """
@@ -16,11 +18,14 @@ import time
 from ..config import load_config
 from ..errors import HorusError
 from ..placement.policies import PolicyModels, make_policy
-from ..slurm.parse import parse_sinfo, parse_squeue
-from ..slurm.runner import run_slurm
-from .daemon import Placer, Snapshot, unchanged
+from ..slurm import queries
+from ..slurm.partitions import Preemption, read_preemption
+from .daemon import Placer
 from .history import History
-from .lua_twin import encode_kv_reply, offers_header
+from .mover import Mover
+from .offers import OffersFile
+from .protocol import error, parse_request, unchanged
+from .snapshot import Snapshot
 from .threads import run_in_background
 from .server import Frontend, raise_fd_limit
 
@@ -43,19 +48,12 @@ def _cpu_seconds():
     """CPU time of this thread plus that of the finished child processes (squeue, sinfo)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.thread_time() + children.ru_utime + children.ru_stime
+# an early refresh (a job was kept, or left to Slurm) starts this long after the last one at the
+# soonest, and no sooner than the last one took: a burst of submissions folds into few squeue calls
+MIN_REFRESH_GAP_S = 0.1
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
                     "v100")
-
-
-def _offers_version_in(path):
-    """The version of an offers file left by an earlier horusd (0 if none or unreadable)."""
-    try:
-        with open(path) as existing:
-            version, _claimed, _generated = offers_header(existing.readline().rstrip("\n"))
-    except OSError:
-        return 0
-    return int(version or 0)
 
 
 class SlurmReader:
@@ -71,21 +69,40 @@ class SlurmReader:
         self.nodes_every = nodes_every
         self._reads = 0
         self._nodes = None
+        self._preemption = Preemption()
 
     def read(self):
         taken_at = time.time()
         if self._nodes is None or self._reads % self.nodes_every == 0:
-            self._nodes = parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=self.slurm_conf,
-                                                timeout=self.timeout_s).stdout)
+            self._nodes = queries.sinfo(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
+            try:
+                self._preemption = read_preemption(self.slurm_conf, self.timeout_s)
+            except HorusError as exc:
+                log.warning("horus: cannot read Slurm's preemption settings (%s): assuming none", exc)
         self._reads += 1
         nodes = self._nodes
-        jobs = parse_squeue(run_slurm(["squeue", "--json"], slurm_conf=self.slurm_conf, timeout=self.timeout_s).stdout)
+        jobs = queries.squeue(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
         features = {}
         for node in nodes:
             for feature in getattr(node, "features", ()) or ():
                 if feature.lower() in _KNOWN_GPU_TYPES:
                     features[node.name] = feature.lower()
-        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features)
+        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features, preemption=self._preemption)
+
+
+def check_serve_config(config):
+    """Raise HorusError for what ``horus serve`` refuses in a configuration (an unknown policy or
+    policy option, a bad tcp address); ``horus doctor`` runs the very same check."""
+    from ..placement.state import ClassIndex
+
+    try:  # no model is built: the check is about names and options
+        make_policy(config.policy, PolicyModels(ClassIndex(), lambda kind: None))
+    except (ValueError, TypeError) as exc:
+        raise HorusError(f"policy {config.policy!r}: {exc}") from None
+    if config.tcp:
+        _host, sep, port = config.tcp.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise HorusError(f"tcp: expected host:port, got {config.tcp!r}")
 
 
 def build_placer(config, predictor_factory=None, history=None):
@@ -102,21 +119,24 @@ def build_placer(config, predictor_factory=None, history=None):
             cache[kind] = (history.active_model(kind) if history is not None else None) or build_model(kind)
         return cache[kind]
 
-    placer_classes = None
     placer = Placer(None, binding=config.binding, gpu_type=config.gpu_type, gpu_memory_mb=gpu_memory_mb,
                     max_jobs_per_gpu=config.max_jobs_per_gpu, share_unknown=config.share_unknown,
-                    slowdown_limit=config.slowdown_limit)
-    placer_classes = placer.classes
-    models = PolicyModels(placer_classes, factory)
+                    slowdown_limit=config.slowdown_limit, queue=config.queue,
+                    lease_s=min(max(config.lease_s, 5.0), 3600.0))
+    models = PolicyModels(placer.classes, factory)
     try:
         placer.policy = make_policy(config.policy, models)
     except ValueError as exc:
         raise HorusError(f"policy: {exc}") from None
+    # the classes the policy's model knows: any other class is treated as unknown (a GPU of its own)
+    for table in placer.policy.pair_tables():
+        placer.known_classes |= set(getattr(getattr(table.predictor, "index", None), "names", ()))
     return placer
 
 
 class Horusd:
     def __init__(self, config, reader=None, predictor_factory=None):
+        check_serve_config(config)
         self.config = config
         self.reader = reader or SlurmReader()
         self.predictor_factory = predictor_factory
@@ -127,16 +147,12 @@ class Horusd:
         self._decision_ms = 0.0
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
-        self.placer.on_left_to_slurm = self.wake.set
         self.offers_changed = threading.Event()
-        self.placer.on_change = self.state_changed
-        self.placer.on_claimed = self.claimed
-        self.offers_path = config.socket + ".offers"
-        # versions only grow, across restarts too: job_submit.lua takes one offer per version, and
-        # a horusd that restarts must not reuse a version a slurmctld has already taken from
-        self.offers_version = max(int(time.time() * 1000), _offers_version_in(self.offers_path))
-        self.offers_live = False  # the offers file holds offers (not only a header)
-        self._offers_file = threading.Lock()
+        self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
+        self.mover = Mover(getattr(self.reader, "slurm_conf", None))
+        self.released_by_switch = set()  # kept jobs let go while the kill switch is on
+        self._wire(self.placer)
+        self.offers_file = OffersFile(config.socket + ".offers")
         self.refresh_errors = 0
         self.refresh_interval = config.refresh_s
         self._refresher = None
@@ -145,42 +161,52 @@ class Horusd:
         self._reload_lock = threading.Lock()  # SIGHUP, a refit and the controller socket may all ask at once
         self.frontend.on_fatal = self._die
 
+    def _wire(self, placer):
+        placer.on_left_to_slurm = self.wake.set
+        placer.on_kept = self.wake.set  # squeue names the kept job's id: then the cycle may place it
+        placer.on_change = self.state_changed
+        placer.on_claimed = self.claimed
+
     # ---- requests -------------------------------------------------------------------------------
     def decide(self, message):
-        op = message.get("op")
+        """One decoded request line -> the reply's wire dict (None: a claim, answered with nothing)."""
+        request = parse_request(message)
+        op = request.op
         if op == "ping":
             return {"ok": True, "state_age_s": round(self.placer.state_age(), 3),
                     "decisions": self.placer.decisions, "ledger": len(self.placer.ledger),
                     "refresh_interval_s": round(self.refresh_interval, 3), "policy": self.config.policy,
-                    "pid": os.getpid()}
+                    "pid": os.getpid(), "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s}
         if op == "reload":
             self.reload()
             return {"ok": True, "reloaded": True}
         if op == "confirm":
-            return self.placer.confirm(message)
+            return self.placer.confirm(request).wire()
         if op == "claim":
-            self.placer.claim(message)
+            self.placer.claim(request)
             return None  # a notification: nothing is sent back
+        if op == "left":
+            self.placer.note_left_to_slurm()  # a GPU job job_submit.lua left to Slurm (a notification)
+            return None
         if op != "place":
-            return {"ok": False, "error": f"unknown op {op!r}"}
+            return error(f"unknown op {message.get('op')!r}")
         placer = self.placer  # one consistent placer per request, even during a reload
         if placer.state_age() > max(30.0, 10 * self.config.refresh_s, 3 * self.refresh_interval):
-            return unchanged("cluster state is stale")
+            return unchanged("cluster state is stale").wire()
         started = time.perf_counter()
-        reply = placer.place(message)
+        reply = placer.place(request)
         self._decision_ms = (time.perf_counter() - started) * 1000
-        if self.config.offers and not message.get("dry_run"):
-            self._spend_offers(message, reply)
-        return reply
+        if self.config.offers and not request.dry_run:
+            self._spend_offers(request, reply)
+        return reply.wire()
 
-    def claimed(self, message, offer):
+    def claimed(self, request, offer):
         """A claim was recorded (by whichever thread read the state next): history row and log line."""
-        self.history.record({"op": "place", "user": message.get("user")}, offer)
+        self.history.record(request.user, offer.wire())
         log.info("horus: decision user=%s class=%s action=claim nodes=%s tres=%s slowdown=%s: offer %s taken",
-                 message.get("user"), offer.get("class"), ",".join(offer.get("nodes") or ()), offer.get("tres"),
-                 offer.get("slowdown"), offer.get("id"))
+                 request.user, offer.job_class, ",".join(offer.nodes), offer.tres, offer.slowdown, offer.id)
 
-    def _spend_offers(self, message, reply):
+    def _spend_offers(self, request, reply):
         """Offers published before this decision do not know it: none may be taken after its reply.
 
         job_submit.lua runs one submission at a time and learns from the reply which offers version
@@ -188,30 +214,28 @@ class Horusd:
         followed by submissions that never saw its reply: for those the offers are withdrawn now.
         Read under the file lock: a publish in progress (computed before this decision) is spent too.
         """
-        if message.get("reply") == "kv":
-            with self._offers_file:
-                reply["offers_version"] = self.offers_version
-        elif reply.get("action") == "place":
-            with self._offers_file:
-                if self.offers_live:
-                    self._write_offers({})
+        if request.kv:
+            with self.offers_file.lock:
+                reply.offers_version = self.offers_file.version
+        elif reply.placed:
+            with self.offers_file.lock:
+                self.offers_file.withdraw()
 
     def after_reply(self, message, reply):
         """Called by the front once the reply is sent: the log line and the history row wait until
         then, so that job_submit.lua (and slurmctld's job lock) do not wait for them."""
-        if message.get("op") != "place":
+        if message.get("op") != "place" or not reply:
             return
-        self.history.record(message, reply)
+        if not message.get("dry_run"):
+            self.history.record(message.get("user"), reply)
         log.info("horus: decision user=%s class=%s action=%s nodes=%s tres=%s slowdown=%s in %.2f ms: %s",
                  message.get("user"), reply.get("class"), reply.get("action"), ",".join(reply.get("nodes") or ()),
                  reply.get("tres"), reply.get("slowdown"), self._decision_ms, reply.get("reason"))
 
     # ---- offers -------------------------------------------------------------------------------
     def publish_offers(self):
-        """Write the next placement per job class where job_submit.lua reads it (atomically).
+        """Write the next placement per job class where job_submit.lua reads it (offers.py).
 
-        Line 1: ``version=N;claimed=ID;generated=EPOCH`` (ID: the last claim the offers know of);
-        then ``CLASS<TAB>key=value;...`` (the reply format).
         The Lua takes at most one offer per version, so two jobs never get the same offer. Offers
         computed on a state that changed meanwhile are not written: that change has asked for new
         ones, and the Lua's rules (docs/horusd.md) keep it from the older ones.
@@ -221,37 +245,16 @@ class Horusd:
             offers, generation, last_claim = placer.compute_offers()
         else:
             offers, generation, last_claim = {}, placer.generation, ""
-        with self._offers_file:
+        with self.offers_file.lock:
             if generation != placer.generation:
                 return False
-            self._write_offers(offers, last_claim)
+            self.offers_file.write({job_class: reply.wire() for job_class, reply in offers.items()}, last_claim)
         return True
 
     def state_changed(self):
         """The placer's state changed (a decision, a claim, a refresh): new offers a few ms later.
         A publish already computing on the old state will not write (see publish_offers)."""
         self.offers_changed.set()
-
-    def _write_offers(self, offers, last_claim=""):
-        """Caller holds ``_offers_file``."""
-        self.offers_version += 1
-        lines = [f"version={self.offers_version};claimed={last_claim};generated={time.time():.3f}"]
-        lines += [f"{job_class}\t{encode_kv_reply(reply)}" for job_class, reply in sorted(offers.items())]
-        tmp = f"{self.offers_path}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.fchmod(fd, 0o644)  # slurmctld's user reads it, whatever our umask
-            os.write(fd, ("\n".join(lines) + "\n").encode())
-        finally:
-            os.close(fd)
-        # unlink, then rename: renaming over an existing file makes ext4 flush the new one first
-        # (auto_da_alloc), 4x the cost. Meanwhile a reader finds no file, i.e. no offer: it asks.
-        try:
-            os.unlink(self.offers_path)
-        except FileNotFoundError:
-            pass
-        os.rename(tmp, self.offers_path)
-        self.offers_live = bool(offers)
 
     def _offers_loop(self):
         while not self.stopping.is_set():
@@ -266,32 +269,93 @@ class Horusd:
             try:
                 self.publish_offers()
             except Exception as exc:  # offers are an optimisation: the socket path still works
-                log.warning("horus: could not publish offers to %s: %s", self.offers_path, exc)
+                log.warning("horus: could not publish offers to %s: %s", self.offers_file.path, exc)
 
     # ---- state ----------------------------------------------------------------------------------
     def refresh_once(self):
         snapshot = self.reader.read()
         self.placer.load_snapshot(snapshot)
+        self.cycle_wanted.set()  # jobs may have ended: the queue may move
 
     def _refresh_loop(self):
-        last_cost = 0.0
+        last_cost, last_wall, started_at = 0.0, 0.0, 0.0
         while not self.stopping.is_set():
             # never spend more than ~5 % of the time refreshing: a huge queue makes squeue --json
             # slow, and slurmctld answers every submission more slowly while it serves us
             self.refresh_interval = refresh_interval(self.config.refresh_s, last_cost)
-            self.wake.wait(self.refresh_interval)
+            if self.wake.wait(self.refresh_interval):  # early: fold a burst of wake-ups into one read
+                time.sleep(max(0.0, started_at + max(MIN_REFRESH_GAP_S, 2 * last_wall) - time.monotonic()))
             self.wake.clear()
             if self.stopping.is_set():
                 return
-            started = _cpu_seconds()
+            started, started_at = _cpu_seconds(), time.monotonic()
             try:
                 self.refresh_once()
                 last_cost = _cpu_seconds() - started
+                # the gap between early refreshes: wall time, but bounded like the interval (a refresh
+                # that waited on a restarting slurmctld must not space the next ones out for long)
+                last_wall = min(time.monotonic() - started_at, MAX_REFRESH_INTERVAL_S / 20)
                 self.refresh_errors = 0
             except Exception as exc:  # Slurm slow or down: keep the old state, it ages out
                 self.refresh_errors += 1
                 if self.refresh_errors in (1, 10) or self.refresh_errors % 100 == 0:
                     log.warning("horus: refresh failed (%d in a row): %s", self.refresh_errors, exc)
+
+    # ---- the queue ------------------------------------------------------------------------------
+    def run_cycle_once(self):
+        """One pass: the kill switch, or the scheduling cycle and its moves."""
+        placer = self.placer
+        if os.path.exists(self.config.disable_file):
+            # switched off: Slurm starts every kept job on its own, now (no waiting for the lease)
+            kept = [job_id for job_id in placer.kept_job_ids() if job_id not in self.released_by_switch]
+            if kept:
+                self.mover.release(kept)
+                self.released_by_switch.update(kept)
+                log.warning("horus: kill switch %s: %d kept jobs left to Slurm", self.config.disable_file, len(kept))
+            return
+        self.released_by_switch.clear()
+        unshaped = placer.take_unshaped()
+        if unshaped:
+            log.warning("horus: kept jobs %s ask for no GPU (a move cut short): their shard back", ",".join(unshaped))
+            self.mover.restore([(job_id, "gres:shard:1") for job_id in unshaped])
+        moves = placer.cycle()
+        if moves:
+            log.info("horus: cycle placed %d kept jobs: %s", len(moves),
+                     " ".join(f"{m.kept.job_id}->{m.reply.gpulist}" for m in moves))
+            refused = set(self.mover.start(moves))
+            for decision_id in refused:
+                placer.forget(decision_id)
+            for move in moves:
+                if move.reply.id not in refused:
+                    self.history.record(move.kept.request.user, move.reply.wire())
+            self.wake.set()  # read the queue again soon: the moves show there
+
+    def renew_leases(self):
+        """Push every kept job's begin time a lease ahead (not while the kill switch is on)."""
+        kept = self.placer.kept_job_ids()
+        if kept and not os.path.exists(self.config.disable_file):
+            self.mover.renew(kept, self.placer.lease_s)
+
+    def _lease_loop(self):
+        # at start (a restarted horusd takes its queue back), then every lease_s / 2: renewing
+        # MAX_KEPT jobs takes a few seconds, well inside the other half
+        while not self.stopping.is_set():
+            try:
+                self.renew_leases()
+            except Exception:  # a lease not renewed runs out: Slurm starts the job, nothing is lost
+                log.exception("horus: lease renewal failed")
+            self.stopping.wait(self.placer.lease_s / 2)
+
+    def _cycle_loop(self):
+        while not self.stopping.is_set():
+            self.cycle_wanted.wait(self.config.cycle_s)
+            self.cycle_wanted.clear()
+            if self.stopping.is_set():
+                return
+            try:
+                self.run_cycle_once()
+            except Exception:  # the queue must not stop: a kept job's lease runs out on its own anyway
+                log.exception("horus: scheduling cycle failed")
 
     def reload(self):
         """Re-read the site file and model; swap them in without dropping requests. One at a time."""
@@ -302,16 +366,12 @@ class Horusd:
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
         old = self.placer
-        placer.on_left_to_slurm = self.wake.set
-        placer.on_change = self.state_changed
-        placer.on_claimed = self.claimed
+        self._wire(placer)
         with old.lock:
             old._apply_claims()
-            placer.requested_classes = old.requested_classes.copy()
-            placer.offered = old.offered.copy()  # a claim may arrive for an offer made before the reload
-            placer.claims = old.claims  # one queue: a claim sent to the old placer meanwhile is not lost
-            placer.last_claim = old.last_claim
-            placer.ledger = dict(old.ledger)
+            placer.offers.carry_over(old.offers)
+            placer.ledger.entries = dict(old.ledger.entries)
+            placer.unseen_keeps = dict(old.unseen_keeps)
         self.config = config
         try:
             snapshot = self.reader.read()
@@ -340,7 +400,9 @@ class Horusd:
         self.history.start(on_death=self._die)
         self.frontend.start()
         self._refresher = run_in_background(self._refresh_loop, "horusd-refresh", on_death=self._die)
-        self._threads = [self._refresher, run_in_background(self._offers_loop, "horusd-offers", on_death=self._die)]
+        self._threads = [self._refresher, run_in_background(self._offers_loop, "horusd-offers", on_death=self._die),
+                         run_in_background(self._cycle_loop, "horusd-cycle", on_death=self._die),
+                         run_in_background(self._lease_loop, "horusd-lease", on_death=self._die)]
         log.info("horus: horusd listening on %s (policy=%s binding=%s)", self.config.socket, self.config.policy,
                  self.config.binding)
 
@@ -348,10 +410,8 @@ class Horusd:
         self.stopping.set()
         self.wake.set()
         self.offers_changed.set()
-        try:
-            os.unlink(self.offers_path)
-        except OSError:
-            pass
+        self.cycle_wanted.set()
+        self.offers_file.remove()
         self.history.stop()
         self.frontend.stop()
 

@@ -43,5 +43,5 @@ def doctor(slurm_conf):
         click.echo(f"{level}: {message}")
     if any(level == "error" for level, _ in problems):
         sys.exit(1)
-    if not problems:
+    if all(level == "info" for level, _ in problems):
         click.echo("ok: no problem found")

@@ -13,8 +13,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..errors import HorusError
+from ..slurm.queries import squeue
+from ..tokens import KEPT_MODE, parse_horus_tokens
 from . import protocol
-from .lua_twin import offers_header
 
 
 def read_slurm_conf(path):
@@ -177,7 +179,7 @@ def check_offers(config, now=None):
     if not info.st_mode & 0o004:
         problems.append(("warning", f"{path} is not world-readable (mode {oct(info.st_mode & 0o777)}): "
                                     "slurmctld may not read it"))
-    _version, _claimed, generated = offers_header(header.strip())
+    _version, _claimed, generated = protocol.parse_offers_header(header.strip())
     if generated is None:
         problems.append(("warning", f"{path}: no version header: not written by this horusd"))
     else:
@@ -188,16 +190,60 @@ def check_offers(config, now=None):
     return problems
 
 
+def check_queue(config, jobs, ping=None, now=None):
+    """The jobs horusd keeps (squeue's ``mode=kept`` tokens): how many, the oldest, and any kept longer
+    than it should be: a begin time past the lease (if horusd stopped, it would wait that long), or a
+    job horusd does not count in its queue. ``ping``: horusd's answer (None: it did not answer)."""
+    now = time.time() if now is None else now
+    kept = [j for j in jobs if j.state == "PENDING" and parse_horus_tokens(j.admin_comment)[1].get("mode") == KEPT_MODE]
+    lease = float((ping or {}).get("lease_s") or config.lease_s)
+    oldest = max((now - j.submit_time for j in kept if j.submit_time), default=0.0)
+    problems = [("info", f"queue: {len(kept)} jobs kept by horusd, the oldest for {oldest:.0f} s (lease {lease:.0f} s)")]
+    for job in kept:
+        if job.start_time and job.start_time > now + lease + 5:
+            until = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.start_time))
+            problems.append(("warning", f"job {job.job_id} is kept until {until}, past the {lease:.0f} s lease: "
+                                        "were horusd to stop, Slurm would not start it before then"))
+    if ping is not None and kept:
+        known = (ping.get("queue") or {}).get("kept", 0)
+        if known < len(kept) and oldest > 3 * float(config.refresh_s) + 5:
+            problems.append(("warning", f"squeue shows {len(kept)} kept jobs, horusd's queue {known}"))
+    if kept and ping is None:
+        problems.append(("warning", f"{len(kept)} kept jobs wait for a horusd that does not answer: Slurm starts "
+                                    f"each when its lease runs out"))
+    return problems
+
+
+def check_horus_config(config):
+    """What ``horus serve`` would refuse in the site configuration (the same check it runs)."""
+    from ..errors import HorusError
+    from .app import check_serve_config
+
+    try:
+        check_serve_config(config)
+    except HorusError as exc:
+        return [("error", f"site configuration: {exc} (horus serve refuses it)")]
+    return []
+
+
 def run_checks(config, slurm_conf=None):
+    problems = check_horus_config(config)
     slurm_conf = Path(slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
     if not slurm_conf.exists():
-        return [("error", f"{slurm_conf} not found (give --slurm-conf or set SLURM_CONF)")]
+        return problems + [("error", f"{slurm_conf} not found (give --slurm-conf or set SLURM_CONF)")]
     conf = read_slurm_conf(slurm_conf)
-    problems = _check_slurm_conf(conf, config.binding)
+    problems += _check_slurm_conf(conf, config.binding)
     problems += _check_gres_conf(slurm_conf.parent / "gres.conf", config.binding)
     problems += _check_lua(slurm_conf.parent / "job_submit.lua")
     problems += _check_socket(config, conf.get("slurmuser", "root"))
     problems += check_offers(config)
+    try:
+        jobs = squeue(slurm_conf=str(slurm_conf))
+    except HorusError as exc:
+        problems.append(("warning", f"squeue: {exc}: the queue horusd keeps is not checked"))
+    else:
+        ping = protocol.ask({"op": "ping"}, config.socket, timeout_s=max(config.timeout_ms / 1000, 0.5))
+        problems += check_queue(config, jobs, ping)
     if str(config.policy).split("/", 1)[0] == "deepboot":
         problems += check_deepboot(conf)
     if os.path.exists(config.disable_file):

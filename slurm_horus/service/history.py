@@ -48,21 +48,22 @@ class History:
         return model_from_dict(state)
 
     # ---- decisions ------------------------------------------------------------------------------
-    def record(self, message, reply):
-        if self.failed or reply.get("action") != "place" or message.get("dry_run"):
+    def record(self, user, reply):
+        """Queue the decision ``reply`` (its wire dict) made for ``user`` (dry runs are not recorded)."""
+        if self.failed or reply.get("action") != "place":
             return
         try:
-            self.pending.put_nowait((message, reply))
+            self.pending.put_nowait((user, reply))
         except queue.Full:
             pass  # the writer is far behind: losing a history row is better than blocking a decision
 
-    def _write(self, db, message, reply):
+    def _write(self, db, user, reply):
         from ..store.decisions import record_decision
 
         record_decision(
-            db, reply["id"], job_class=reply.get("class"), user=message.get("user"), policy=reply.get("policy"),
+            db, reply["id"], job_class=reply.get("class"), user=user, policy=reply.get("policy"),
             mode=reply.get("mode"), nodes=reply.get("nodes") or (), gpus=reply.get("gpus"),
-            predicted_slowdown=reply.get("predicted_slowdown"), corunners=reply.get("corunner_slowdowns"),
+            predicted_slowdown=reply.get("slowdown"), corunners=reply.get("corunner_slowdowns"),
             detail={"binding": reply.get("binding"), "tres": reply.get("tres"), "reason": reply.get("reason")})
         self.recorded += 1
 

@@ -1,15 +1,18 @@
 """Python twin of every decision job_submit.lua makes (slurmjobpacker's rule).
 
 Each function mirrors the Lua function of the same name in ``job_submit_lua/job_submit.lua``; the
-tests run both on the same cases in real Lua 5.1 (lupa) and require identical answers. horusd uses
-:func:`gpu_request` to read requests the way the Lua reads them, and :func:`encode_kv_reply` to
-write the reply format that :func:`parse_reply` (and the Lua) accept.
+tests run both on the same cases in real Lua 5.1 (lupa) and require identical answers. Production
+code never imports this module: horusd's wire contract (what it reads and writes) is
+``service/protocol.py``, and the tests hold the twin against it too.
 
 A job is a plain dict with job_desc's field names (``tres_per_node``, ``min_nodes``...); unset
 numbers carry Slurm's NO_VAL (4294967294).
 """
 
 import re
+import time
+
+from .. import jobclass
 
 NO_VAL = 4294967294
 NO_VAL16 = 65534
@@ -122,7 +125,7 @@ def gpu_request(job):
     return None, None
 
 
-def should_handle(job, conf):
+def should_handle(job, conf, now=None):
     """(True, request) or (False, reason)."""
     request, why = gpu_request(job)
     if request is None:
@@ -131,6 +134,12 @@ def should_handle(job, conf):
         return False, "job array"
     if _is_set(job.get("het_job_offset")):
         return False, "heterogeneous job"
+    if job.get("dependency"):
+        return False, "dependency"
+    if _is_set(job.get("begin_time")) and job["begin_time"] > (time.time() if now is None else now):
+        return False, "begin time set by the user"
+    if job.get("reservation"):
+        return False, "reservation"
     if job.get("req_nodes") and not conf["handle_nodelist"]:
         return False, "explicit nodelist"
     if job.get("shared") == 0 and not conf["handle_exclusive"]:
@@ -138,6 +147,27 @@ def should_handle(job, conf):
     if request["gpu_type"] and _INDEX_TYPE.match(request["gpu_type"]):
         return False, "already pinned to a gpu index"
     return True, request
+
+
+def opted_out(env, comment):
+    """Twin of ``horus.opted_out``: the production reader is :func:`slurm_horus.jobclass.opted_out`."""
+    return jobclass.opted_out(env, comment)
+
+
+def left_message(job, submit_uid, why):
+    """The notification for horusd when a GPU job is left to Slurm, as a dict (the Lua sends it as
+    one JSON line); None for a job that asks for no GPU."""
+    gpus = sum(count_gpus(job.get(k))[0] for k in ("tres_per_node", "tres_per_job", "tres_per_task"))
+    if gpus == 0:
+        return None
+    message = {"op": "left", "uid": submit_uid, "user": job.get("user_name"), "reason": why}
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def offer_fits(job, request, conf):
+    """Whether a job may take a published offer: one untyped GPU on one node, no partition named."""
+    return (conf["offers"] is True and request["gpus_per_node"] == 1 and request["nodes"] == 1
+            and request.get("gpu_type") is None and not job.get("partition"))
 
 
 def parse_kv(line):
@@ -178,6 +208,8 @@ def parse_reply(line, conf):
         return None, why
     if reply.get("action") == "unchanged":
         return reply, None
+    if reply.get("action") == "keep":
+        return parse_keep(reply)
     if reply.get("action") != "place":
         return None, "unknown action"
     if not reply.get("nodes") or not _SAFE_NODES.match(reply["nodes"]):
@@ -210,14 +242,44 @@ def parse_confirm(line, claimed):
     return reply, None
 
 
-def apply(job, reply):
-    """Rewrite ``job`` (a dict) in place; returns the admin_comment token."""
-    job["req_nodes"] = reply["nodes"]
-    job["tres_per_node"] = reply["tres"]
+def parse_keep(reply):
+    bad = _check_token_fields(reply)
+    if bad:
+        return None, bad
+    tres = reply.get("tres", "")
+    if not (tres == "gres:shard:1" or re.match(r"^gres:gpu:[0-9]+\Z", tres)):
+        return None, "bad kept tres"
+    lease = int(reply["lease"]) if re.match(r"^[0-9]+\Z", reply.get("lease", "")) else None
+    if lease is None or lease < 1 or lease > 3600:
+        return None, "bad lease"
+    return reply, None
+
+
+def _set_tres_per_node(job, tres):
+    job["tres_per_node"] = tres
     if job.get("tres_per_job"):
         job["tres_per_job"] = ""
     if job.get("tres_per_task"):
         job["tres_per_task"] = ""
+
+
+def _add_token(job, token):
+    previous = job.get("admin_comment")
+    job["admin_comment"] = previous + " " + token if previous else token
+    return token
+
+
+def keep(job, reply, now=None):
+    """Keep ``job`` (a dict) for horusd; returns the token."""
+    _set_tres_per_node(job, reply["tres"])
+    job["begin_time"] = int(time.time() if now is None else now) + int(reply["lease"])
+    return _add_token(job, "horus:%s mode=kept class=%s" % (reply["id"], reply.get("class", "unknown")))
+
+
+def apply(job, reply):
+    """Rewrite ``job`` (a dict) in place; returns the admin_comment token."""
+    job["req_nodes"] = reply["nodes"]
+    _set_tres_per_node(job, reply["tres"])
     if reply.get("partition"):
         job["partition"] = reply["partition"]
     return append_token(job, reply)
@@ -228,9 +290,7 @@ def append_token(job, reply):
                                                        reply.get("slowdown", "1.00"), reply.get("class", "unknown"))
     if reply.get("gpulist"):
         token += " gpus=" + reply["gpulist"]
-    previous = job.get("admin_comment")
-    job["admin_comment"] = previous + " " + token if previous else token
-    return token
+    return _add_token(job, token)
 
 
 def breaker_allows(breaker, now):
@@ -262,34 +322,6 @@ def breaker_after(breaker, timed_out, now, conf):
     return breaker
 
 
-def encode_kv_reply(reply):
-    """horusd's reply in the key=value form the Lua parses; ';' and newlines are removed from values."""
-    parts = []
-    for key in sorted(reply):
-        value = reply[key]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            value = ",".join(value)  # e.g. nodes
-        if value is None or isinstance(value, (dict, list)):
-            continue
-        if isinstance(value, bool):
-            value = "1" if value else "0"
-        elif isinstance(value, float):
-            value = "%.3f" % value
-        text = str(value).replace(";", ",").replace("\n", " ").replace("\r", " ")
-        parts.append("%s=%s" % (key, text))
-    return ";".join(parts)
-
-
-def offers_header(header):
-    """The first line of an offers file, ``version=N;claimed=ID;generated=EPOCH`` ->
-    (version str or None, claimed str or None, generated float or None)."""
-    version = re.match(r"^version=([0-9]+);", header)
-    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
-    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
-    return (version.group(1) if version else None, claimed.group(1) if claimed else None,
-            float(generated.group(1)) if generated else None)
-
-
 def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
     """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why).
     Versions up to ``spent`` may not be taken (job_submit.lua: the one it took, or the one horusd's
@@ -299,14 +331,18 @@ def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
     header, sep, rest = text.partition("\n")
     if not sep:
         return None, "no offers"
-    version, claimed, generated = offers_header(header)
+    version = re.match(r"^version=([0-9]+);", header)
+    version = version.group(1) if version else None
+    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
+    generated = float(generated.group(1)) if generated else None
     if version is None or generated is None:
         return None, "malformed offers"
     if now - generated > conf["max_offer_age_s"]:
         return None, "stale offers"
     if int(version) <= (spent or 0):
         return None, "offers spent"
-    if awaiting is not None and claimed != awaiting:  # Lua: "" is true
+    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
+    if awaiting is not None and (claimed.group(1) if claimed else None) != awaiting:  # Lua: "" is true
         return None, "claim not seen yet"
     for line in rest.split("\n"):
         match = re.match(r"^([^\t]+)\t(.*)\Z", line, re.S)

@@ -39,7 +39,6 @@ import time
 from collections import defaultdict
 
 from . import protocol
-from .lua_twin import encode_kv_reply
 
 log = logging.getLogger("horusd")
 
@@ -190,7 +189,7 @@ class Frontend:
 
     # ---- one request ----------------------------------------------------------------------------
     def _reply_bytes(self, reply, kv):
-        return (encode_kv_reply(reply) + "\n").encode() if kv else protocol.encode(reply)
+        return (protocol.encode_kv(reply) + "\n").encode() if kv else protocol.encode(reply)
 
     def _send(self, client, data):
         """Send without blocking the loop; False (and the client should be dropped) when the client
@@ -266,7 +265,7 @@ class Frontend:
         if isinstance(op, str) and op in SLOW_OPS:
             self._hand_to_worker(client, message)
             return False
-        if op != "claim" and _peer_gone(client.sock):
+        if op not in ("claim", "left") and _peer_gone(client.sock):
             # the submitter gave up (job_submit.lua closes after its deadline): deciding now would
             # hold GPUs for a job that went to Slurm unchanged. A claim is a fact: it still counts.
             self.expired += 1

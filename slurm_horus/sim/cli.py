@@ -6,7 +6,7 @@ import time
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, check_output_path
 
 DEFAULT_POLICIES = "slurm-default,sjf,sjf-ffs,sjf-bsbf,horus-util,iasp-iapp,oracle,horus"
 TABLE_KEYS = (("makespan", "makespan"), ("mean_jct", "mean JCT"), ("p99_jct", "p99 JCT"),
@@ -34,12 +34,24 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _fmt(key: str, value: float) -> str:
+DURATION_UNITS = (("h", 3600.0), ("min", 60.0), ("s", 1.0))
+
+
+def _unit(seconds: float):
+    """One unit for a whole column of durations: hours from 10 h, minutes from 10 min, else seconds."""
+    for name, size in DURATION_UNITS:
+        if seconds >= 10 * size or size == 1.0:
+            return name, size
+    return "s", 1.0
+
+
+def _fmt(key: str, value: float, unit=("s", 1.0)) -> str:
     if key in ("effective_utilization", "bad_pair_share"):
         return f"{value:.3f}"
     if key == "oom_events":
         return str(int(value))
-    return f"{value / 3600:.2f}h" if value >= 36000 else f"{value:.0f}s"
+    name, size = unit
+    return f"{value / size:.2f} {name}" if size > 1 else f"{value:.0f} {name}"
 
 
 def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
@@ -47,10 +59,11 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
     header = ["policy"] + [label for _, label in TABLE_KEYS]
     rows = [header]
     base = summaries.get(baseline)
+    units = {key: _unit(max((s[key] for s in summaries.values()), default=0.0)) for key, _ in TABLE_KEYS}
     for name, summary in summaries.items():
         row = [name]
         for key, _ in TABLE_KEYS:
-            cell = _fmt(key, summary[key])
+            cell = _fmt(key, summary[key], units[key])
             if base is not None and name != baseline and key not in ("oom_events", "bad_pair_share") and base[key]:
                 cell += f" ({summary[key] / base[key]:.2f}x)"
             row.append(cell)
@@ -90,6 +103,8 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
     from .traces import read_trace
     from .truth import load_truth
 
+    for path, option in ((json_out, "--json"), (jobs_csv, "--jobs-csv"), (report, "--report")):
+        check_output_path(path, option)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster)
     gpu_type = groups[0].gpu_type
@@ -110,14 +125,17 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
     payload = {"policies": summaries, "trace": str(trace_path), "cluster": cluster, "truth": truth,
                "seed": seed, "load": load, "jobs": len(jobs),
                "ratios_to_slurm_default": _ratios(summaries)}
-    if json_out:
-        with open(json_out, "w") as handle:
-            json.dump(payload, handle, indent=2)
-    if jobs_csv:
-        write_jobs_csv(jobs_csv, results)
-    if report:
-        from .report import write_report
-        write_report(report, payload, results)
+    try:
+        if json_out:
+            with open(json_out, "w") as handle:
+                json.dump(payload, handle, indent=2)
+        if jobs_csv:
+            write_jobs_csv(jobs_csv, results)
+        if report:
+            from .report import write_report
+            write_report(report, payload, results)
+    except OSError as exc:
+        raise InputError(f"cannot write {exc.filename}: {exc.strerror}") from None
 
 
 def _ratios(summaries: dict) -> dict:

@@ -3,9 +3,10 @@
 Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot), timers of a policy's
 runtime (DeepBoot's allocation rounds, stalls and pods: ``sim/elastic.py``). Between events every
 running job progresses at its **true** normalized throughput for its co-runner set (a multi-GPU job at
-its slowest GPU); when a set changes, the affected jobs' remaining work is settled and their
-completion events are re-issued (stale ones are skipped by a version number). The policy decides
-from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
+its slowest GPU), times what its placement costs it whatever the co-runners (``Truth.job_factor``:
+communication when spread over more nodes than needed, a slower micro-batch when sub-batched); when a
+set changes, the affected jobs' remaining work is settled and their completion events are re-issued
+(stale ones are skipped by a version number). The policy decides from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
 when the pair ends, the way the live service learns from finished jobs. A co-location the truth
 says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is requeued after
 ``oom_penalty`` seconds and both directions of the pair are reported to the policy.
@@ -18,6 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..interference.classes import with_batch
 from ..placement import JobRequest
 from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
 from ..placement.framework import Policy
@@ -33,7 +35,7 @@ BAD_PAIR = 0.85
 class SimJob:
     __slots__ = ("idx", "trace", "req", "work", "rate", "last", "version", "running", "first_start", "end",
                  "run_time", "shared_time", "bad_time", "ooms", "preemptions", "shared", "pair", "pair_since",
-                 "gpu_types", "ever_shared")
+                 "gpu_types", "ever_shared", "run_class", "factor")
 
     def __init__(self, idx: int, trace: TraceJob, req: JobRequest):
         self.idx = idx
@@ -56,6 +58,8 @@ class SimJob:
         self.pair = None  # (gpu_type, corunner class) while sharing one GPU with one job
         self.pair_since = 0.0
         self.gpu_types = ()
+        self.run_class = req.job_class  # the class that runs (a micro-batch variant when sub-batched)
+        self.factor = 1.0  # placement cost (communication, sub-batching): Truth.job_factor
 
 
 @dataclass
@@ -208,14 +212,14 @@ class Simulator:
     def _start(self, job: SimJob, decision) -> bool:
         state = self.state
         gpus = decision.gpu_ids
-        cls = job.req.job_class
+        cls = with_batch(job.req.job_class, decision.micro_batch) if decision.micro_batch else job.req.job_class
         if self.ext is not None:
             self.ext.before_start(job, decision)
         # OOM check against the truth: the new job fails at start, the residents are unharmed
         for g in gpus:
             if state.gpu_njobs[g]:
                 gtype = state.gpu_type_of(g)
-                classes = [self.running_by_id[r].req.job_class for r in state.gpu_jobs[g]] + [cls]
+                classes = [self.running_by_id[r].run_class for r in state.gpu_jobs[g]] + [cls]
                 tputs = self.truth.set_tputs(classes, gtype)
                 if min(tputs) <= 0.0:
                     self.oom_events += 1
@@ -227,6 +231,9 @@ class Simulator:
                     return True  # it left the queue (it re-enters on the retry)
         running = self.policy.running_job(job.req, decision, self.now)
         state.place(running)
+        job.run_class = cls
+        job.factor = self.truth.job_factor(job.req.job_class, cls, state.gpu_type_of(gpus[0]), len(gpus),
+                                           len(decision.nodes), state.node_gpu_table.shape[1])
         self.running_by_id[job.req.job_id] = job
         job.running = True
         job.last = self.now
@@ -276,7 +283,7 @@ class Simulator:
             if len(residents) == 1:
                 continue
             shared = True
-            classes = [running[r].req.job_class for r in residents]
+            classes = [running[r].run_class for r in residents]
             tputs = self.truth.set_tputs(classes, state.gpu_type_of(g))
             mine = tputs[residents.index(job.req.job_id)]
             rate = min(rate, mine)
@@ -285,14 +292,14 @@ class Simulator:
                 pair = (state.gpu_type_of(g), other)
         if self.ext is not None:
             rate *= self.ext.speed(job)
-        return rate, shared, pair
+        return rate * job.factor, shared, pair
 
     def _refresh(self, jobs: Sequence[SimJob]):
         for job in jobs:
             self._settle(job)
             rate, shared, pair = self._true_rate(job)
             if job.pair is not None and job.pair != pair and self.now > job.pair_since:
-                self._observe(job.pair[0], job.req.job_class, job.pair[1], job.rate)
+                self._observe(job.pair[0], job.run_class, job.pair[1], job.rate / job.factor)
             if pair != job.pair:
                 job.pair = pair
                 job.pair_since = self.now
@@ -312,7 +319,7 @@ class Simulator:
         """Take a running job off its GPUs; return the jobs whose co-runner set changed."""
         self._settle(job)
         if job.pair is not None and self.now > job.pair_since:
-            self._observe(job.pair[0], job.req.job_class, job.pair[1], job.rate)
+            self._observe(job.pair[0], job.run_class, job.pair[1], job.rate / job.factor)
         job.pair = None
         self.work_rate -= job.rate * job.req.n_gpus
         job.rate = 0.0

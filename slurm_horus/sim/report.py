@@ -8,7 +8,7 @@ from markupsafe import Markup
 
 from ..resources import resource_dir
 from .engine import SimResult
-from .svg import line_chart
+from ..report.svg import line_chart
 
 TEMPLATE = "sim_report.html.j2"
 
@@ -30,9 +30,9 @@ def write_report(path, payload: dict, results: List[SimResult]):
                              autoescape=jinja2.select_autoescape(["html", "j2"]))
     template = env.get_template(TEMPLATE)
     cdf = line_chart({r.policy: jct_cdf(r) for r in results}, "JCT CDF", "job completion time (h)",
-                     "fraction of jobs")
+                     "fraction of jobs", y_max=1.0)
     util = line_chart({r.policy: utilization_series(r) for r in results}, "Effective utilization over time",
-                      "time (h)", "useful work / GPUs", step=True)
+                      "time since the first arrival (h)", "useful work / GPUs", step=True)
     html = template.render(payload=payload, policies=payload["policies"],
                            ratios=payload.get("ratios_to_slurm_default", {}),
                            plots=[Markup(cdf), Markup(util)])

@@ -128,9 +128,7 @@ def policy_models(truth: Truth, classes: ClassIndex, holdout: bool = True,
                 built[kind] = build_model(predictor, profiles, observations)
         return built[kind]
 
-    utilization = {(p.gpu_type, p.job_class): p.gpu_util for p in profiles if p.gpu_util is not None}
-    return PolicyModels(classes, factory, truth=truth.as_predictor(), utilization=utilization,
-                        default_kind=predictor)
+    return PolicyModels(classes, factory, truth=truth.as_predictor(), default_kind=predictor, profiles=profiles)
 
 
 def prepare_trace(trace: Sequence[TraceJob], truth: Truth, seed: int, load: float,
@@ -152,9 +150,12 @@ def prepare_trace(trace: Sequence[TraceJob], truth: Truth, seed: int, load: floa
 def run_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup], truth: Truth, policies: Sequence[str],
                  seed: int = 0, load: float = 1.0, holdout: bool = True, options: Optional[SimOptions] = None,
                  profiles_path: Optional[str] = None, predictor: str = "chain",
-                 predictor_factory: Optional[Callable] = None, max_jobs_per_gpu: int = 2,
+                 predictor_factory: Optional[Callable] = None, max_jobs_per_gpu: int = 3,
                  progress: Optional[Callable[[str, int, int], None]] = None) -> List[SimResult]:
-    """Simulate every policy on the same trace and cluster; results in the order given."""
+    """Simulate every policy on the same trace and cluster; results in the order given.
+
+    ``max_jobs_per_gpu`` is the cluster's sharing limit (3: Horus's); each policy applies its own
+    limit under it (2 for all but ``horus-util``)."""
     n_gpus = sum(g.nodes * g.gpus_per_node for g in groups)
     jobs = prepare_trace(trace, truth, seed, load, n_gpus)
     classes = ClassIndex(truth.classes)

@@ -6,22 +6,40 @@ a path to an observations CSV (``gpu_type,job_class,corunner_class,norm_tput``),
 interference: every job keeps full speed when sharing) or ``infeasible`` (no pair can run
 together). A pair the truth does not list runs at ``missing`` (0.5, fair time slicing); a set of
 three or more jobs composes its pair values by additive slowdown (``compose_norm_tputs``).
+
+Besides co-location, the truth says what a placement itself costs a job (:meth:`Truth.job_factor`):
+
+* **communication**: a multi-GPU job spread over more nodes than it needs (more than
+  ⌈GPUs / GPUs per node⌉) runs at Gavel's measured unconsolidated/consolidated throughput ratio of
+  its class and size (``gavel_scaling.csv``; a size not measured takes the nearest measured size
+  below it, a class or GPU type not measured the median ratio of that size; capped at 1);
+* **sub-batching**: a job run with a smaller per-step batch and gradient accumulation (SJF-BSBF)
+  runs at the solo samples/s of the smaller batch over those of its own (Gavel measured every
+  batch size of a model), for the rest of its run.
 """
 
-from typing import Dict, Iterable, List, Optional, Sequence
+import math
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import InputError
 from ..interference import compose_norm_tputs
 from ..interference.base import Observation, Prediction, Predictor, SoloProfile
+from ..interference.classes import micro_batch_speed
+from ..interference.priors import builtin_scaling
+
+SCALING_SIZES = (2, 4, 8)
 
 
 class Truth:
     def __init__(self, observations: Iterable[Observation], profiles: Iterable[SoloProfile] = (),
                  classes: Optional[Sequence[str]] = None, missing: float = 0.5, name: str = "custom",
-                 constant: Optional[float] = None):
+                 constant: Optional[float] = None,
+                 scaling: Optional[Dict[Tuple[str, str, int], Tuple[float, float]]] = None):
         self.name = name
+        # (gpu type, class, GPUs) -> (steps/s in one server, spread over servers); Gavel's by default
+        self.scaling = builtin_scaling() if scaling is None else dict(scaling)
         self.missing = missing
         self.constant = constant  # every pair has this value (the no-interference / infeasible truths)
         self.pairs: Dict[tuple, float] = {}
@@ -53,6 +71,36 @@ class Truth:
             return [min(1.0, self.pair(gpu_type, a, b)), min(1.0, self.pair(gpu_type, b, a))]
         return [compose_norm_tputs([self.pair(gpu_type, c, o) for j, o in enumerate(classes) if j != i])
                 for i, c in enumerate(classes)]
+
+    def spread_factor(self, job_class: str, gpu_type: str, n_gpus: int) -> float:
+        """Throughput of a ``n_gpus`` job spread over servers / the same job in one server (≤ 1)."""
+        if n_gpus < 2 or not self.scaling:
+            return 1.0
+        size = max([s for s in SCALING_SIZES if s <= n_gpus] or [SCALING_SIZES[0]])
+
+        def ratio(value):
+            together, spread = value
+            return min(1.0, spread / together) if together > 0 else 1.0
+
+        found = self.scaling.get((gpu_type, job_class, size))
+        if found is not None:
+            return ratio(found)
+        same = [ratio(v) for (g, _, s), v in self.scaling.items() if s == size and g == gpu_type]
+        same = same or [ratio(v) for (_, _, s), v in self.scaling.items() if s == size]
+        return float(np.median(same)) if same else 1.0
+
+    def job_factor(self, job_class: str, run_class: str, gpu_type: str, n_gpus: int, nodes: int,
+                   gpus_per_node: int) -> float:
+        """What a placement costs a job regardless of its co-runners: communication when its GPUs span
+        more nodes than needed, and the slower samples/s of a micro-batch (``run_class``) when sub-batched."""
+        factor = 1.0
+        if nodes > math.ceil(n_gpus / max(gpus_per_node, 1)):
+            factor *= self.spread_factor(job_class, gpu_type, n_gpus)
+        if run_class != job_class:
+            speed = micro_batch_speed(job_class, self.solo_tput(job_class, gpu_type),
+                                      run_class, self.solo_tput(run_class, gpu_type))
+            factor *= speed if speed is not None else 1.0
+        return factor
 
     def solo_tput(self, job_class: str, gpu_type: str) -> Optional[float]:
         found = self.solo.get((gpu_type, job_class))

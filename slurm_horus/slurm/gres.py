@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from ..errors import InputError
+from ..hostlist import split_outside
 
 _ITEM = re.compile(r"^(?P<body>[^()]+?)(?:\((?P<attrs>[^()]*)\))?$")
 
@@ -75,23 +76,6 @@ def format_index_list(indices):
 def split_gres_list(text):
     """Split a comma-separated GRES list, keeping commas inside ``(...)`` (``IDX:0-1,3``)."""
     return split_outside(text, "(", ")")
-
-
-def split_outside(text, opening, closing):
-    """Split ``text`` on the commas that are not between ``opening`` and ``closing``."""
-    items, depth, current = [], 0, []
-    for char in text:
-        if char == opening:
-            depth += 1
-        elif char == closing:
-            depth -= 1
-        if char == "," and depth == 0:
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    items.append("".join(current))
-    return [item.strip() for item in items if item.strip()]
 
 
 def parse_gres_item(text):

@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 from ..errors import InputError
 from .gres import GresItem, parse_gres, typed_gpu_indices
-from .hostlist import expand_hostlist
+from ..hostlist import expand_hostlist
 
 
 def _load(text, command, key):
@@ -101,6 +101,9 @@ class QueueJob:
     time_limit: int = 0  # minutes; 0 when unset
     gres_detail: Tuple[str, ...] = ()  # one entry per allocated node, in node order
     state_reason: str = ""  # why a pending job waits (Resources, Priority, Dependency, JobHeldUser, ...)
+    node_count: int = 1  # nodes asked for (pending) or held (running)
+    tres_per_job: str = ""  # --gpus=N (gres:gpu:N)
+    tasks: int = 1  # a pending job array's record stands for this many tasks still to start
 
     def gres_by_node(self):
         """[(node name, [GresItem])] of a running job: gres_detail lists one entry per node."""
@@ -114,6 +117,22 @@ class QueueJob:
     def shard_gpu_indices(self):
         """Indices of the GPUs whose shards the job holds."""
         return tuple(sorted({i for g in self.gres_allocated if g.name == "shard" and g.count > 0 for i in g.indices}))
+
+
+def array_task_count(task_string, max_running=0):
+    """How many tasks a pending array record stands for: ``0-3%2`` -> 2 at once, ``1,5-9:2`` -> 4."""
+    text, _, limit = (task_string or "").partition("%")
+    count = 0
+    for part in text.split(","):
+        span, _, step = part.strip().partition(":")
+        low, _, high = span.partition("-")
+        try:
+            low_i, high_i, step_i = int(low), int(high or low), int(step or 1)
+        except ValueError:
+            continue
+        count += max(0, (high_i - low_i) // max(step_i, 1) + 1)
+    limits = [int(x) for x in (limit, max_running) if str(x).isdigit() and int(x) > 0]
+    return max(1, min([count or 1] + limits))
 
 
 def parse_squeue(text):
@@ -143,6 +162,10 @@ def parse_squeue(text):
             end_time=int(record.get("end_time") or 0),
             time_limit=int(record.get("time_limit") or 0),
             gres_detail=tuple(record.get("gres_detail") or ()),
+            node_count=int(record.get("node_count") or 1),
+            tres_per_job=record.get("tres_per_job") or "",
+            tasks=array_task_count(record.get("array_task_string"), record.get("array_max_tasks") or 0)
+            if record.get("array_task_string") else 1,
         ))
     return jobs
 

@@ -158,7 +158,15 @@ CREATE TABLE meta (
 );
 """
 
-MIGRATIONS = [_SCHEMA_V1]
+# Version 2: what seff/reportseff show per job: CPU time used (sacct TotalCPU, the sum over steps)
+# and the largest resident memory of any step (MaxRSS), for CPU and host-memory efficiency.
+_SCHEMA_V2 = """
+ALTER TABLE jobs ADD COLUMN cpu_time_s REAL;
+ALTER TABLE jobs ADD COLUMN max_rss_mb REAL;
+CREATE INDEX jobs_array ON jobs (array_job_id, array_task_id)
+"""
+
+MIGRATIONS = [_SCHEMA_V1, _SCHEMA_V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -205,11 +213,16 @@ def _while_locked(step, timeout_s=BUSY_TIMEOUT_MS / 1000):
         delay = min(delay * 2, 0.2)
 
 
-def open_db(path):
+def open_db(path, create=True):
     """Open (creating and migrating as needed) the history database at ``path``.
 
     Returns a :class:`sqlite_utils.Database`. ``path`` may be ``":memory:"`` for a throw-away store.
+    ``create=False`` (readers: reports, ``horus model classes``) refuses a path where no database
+    exists instead of creating one, and its directory, there.
     """
+    if not create and str(path) != ":memory:" and not os.path.isfile(path):
+        raise HorusError(f"no history database at {path} (`horus ingest` and `horus collect` create it; "
+                         "or give --db)")
     if str(path) != ":memory:":
         parent = Path(path).parent
         try:

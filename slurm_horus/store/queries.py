@@ -7,48 +7,21 @@ sacct's start/end times.
 """
 
 import heapq
-import re
 import time
 from collections import defaultdict
 from functools import lru_cache
 
-_BRACKET = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<body>[^\]]*)\](?P<suffix>.*)$")
-
-
-def expand_nodelist(text):
-    """``n[1-3,5],gpu7`` -> [n1, n2, n3, n5, gpu7] (the hostlist forms sacct prints)."""
-    return list(_expand_nodelist(text or ""))
+from ..errors import InputError
+from ..hostlist import expand_hostlist
 
 
 @lru_cache(maxsize=4096)
 def _expand_nodelist(text):
-    if not text:
-        return ()
-    names, depth, current = [], 0, ""
-    parts = []
-    for char in text:
-        depth += char == "["
-        depth -= char == "]"
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
-    for part in filter(None, (p.strip() for p in parts)):
-        match = _BRACKET.match(part)
-        if not match:
-            names.append(part)
-            continue
-        for item in match.group("body").split(","):
-            low, sep, high = item.partition("-")
-            if sep and low.isdigit() and high.isdigit():
-                width = len(low)
-                names.extend(f"{match.group('prefix')}{i:0{width}d}{match.group('suffix')}"
-                             for i in range(int(low), int(high) + 1))
-            else:
-                names.append(f"{match.group('prefix')}{item}{match.group('suffix')}")
-    return tuple(names)
+    """``n[1-3,5],gpu7`` -> (n1, n2, n3, n5, gpu7), cached: the reports expand the same lists often."""
+    try:
+        return tuple(expand_hostlist(text))
+    except InputError:  # a stored row with a list no Slurm prints: keep it as one name
+        return (text,)
 
 
 @lru_cache(maxsize=4096)

@@ -1,8 +1,9 @@
 """Placement policies, one module each. ``make_policy(name, models)`` builds one by name."""
 
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from ...interference.base import Predictor
+from ...interference.base import Predictor, SoloProfile
+from ...interference.priors import builtin_priors
 from ..pairs import PairTable
 from ..state import ClassIndex
 from .deepboot import DeepBoot
@@ -29,13 +30,31 @@ class PolicyModels:
 
     def __init__(self, classes: ClassIndex, predictor_factory: Callable[[str], Predictor],
                  truth: Optional[Predictor] = None,
-                 utilization: Optional[Dict[Tuple[str, str], float]] = None, default_kind: str = "chain"):
+                 utilization: Optional[Dict[Tuple[str, str], float]] = None, default_kind: str = "chain",
+                 profiles: Optional[Sequence[SoloProfile]] = None):
         self.classes = classes
         self.predictor_factory = predictor_factory
         self.truth = truth
-        self.utilization = utilization or {}
         self.default_kind = default_kind
         self._predictors: Dict[str, Predictor] = {}
+        # solo profiles (the built-in priors unless given): measured utilization and solo throughput
+        self.profiles = list(profiles) if profiles is not None else list(builtin_priors()[0])
+        self.utilization = dict(utilization) if utilization is not None else {
+            (p.gpu_type, p.job_class): p.gpu_util for p in self.profiles if p.gpu_util is not None}
+        self.solo_tput = {(p.gpu_type, p.job_class): p.solo_tput for p in self.profiles if p.solo_tput}
+        self.gmem = {(p.gpu_type, p.job_class): p.gmem_mb for p in self.profiles if p.gmem_mb}
+        self._util_model = None
+
+    @property
+    def util_model(self):
+        """Horus's utilization predictor from model features, refined by the measured utilizations of
+        the profiles (the analytic prior alone when none was measured)."""
+        if self._util_model is None:
+            from ...interference.utilmodel import UtilizationModel
+
+            self._util_model = UtilizationModel().fit(
+                (p.job_class, p.gpu_type, p.gpu_util) for p in self.profiles if p.gpu_util is not None)
+        return self._util_model
 
     def predictor(self, kind: str) -> Predictor:
         if kind not in self._predictors:
@@ -81,11 +100,18 @@ def make_policy(spec: str, models: PolicyModels):
     if name == "sjf-ffs":
         return SJFFFS(models.pairs(), **_coerce(SJFFFS, raw))
     if name == "sjf-bsbf":
-        return SJFBSBF(models.pairs(), **_coerce(SJFBSBF, raw))
+        return SJFBSBF(models.pairs(), solo_tput=models.solo_tput, **_coerce(SJFBSBF, raw))
     if name == "horus-util":
-        return HorusUtil(models.pairs(), utilization=models.utilization, **_coerce(HorusUtil, raw))
+        return HorusUtil(models.pairs(), utilization=models.utilization, util_model=models.util_model,
+                         gmem=models.gmem, **_coerce(HorusUtil, raw))
     if name == "iasp-iapp":
-        return IaspIapp(models.pairs("mlp"), similarity_pairs=models.pairs("cf"), **_coerce(IaspIapp, raw))
+        options = _coerce(IaspIapp, raw)
+        for key in ("similarity", "performance"):
+            known = ("cf", "ncf") if key == "similarity" else ("mlp", "mlp-deep")
+            if options.get(key, getattr(IaspIapp, key)) not in known:
+                raise ValueError(f"policy iasp-iapp: {key} must be one of {', '.join(known)}")
+        return IaspIapp(models.pairs(options.get("performance", IaspIapp.performance)),
+                        similarity_pairs=models.pairs(options.get("similarity", IaspIapp.similarity)), **options)
     if name in ("deepboot", "deepboot-nolend"):
         options = _coerce(DeepBoot, raw)
         if "lend" in options:

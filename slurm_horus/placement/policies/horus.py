@@ -73,8 +73,8 @@ class Horus(Policy):
         free = cycle.free
         busy = pressure(cycle)
         if not busy and cycle.req.n_gpus <= cycle.state.n_free:
-            cycle.notes["reason"] = "free GPUs outnumber the queue: exclusive"
-            return np.where(free, 1e9, NEG_INF)
+            cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
+            return np.where(free, self.free_score, NEG_INF)  # only free GPUs qualify: first fit
         jt, rt = cycle.job_tput, cycle.res_tput
         combined = jt + rt
         threshold = self.min_combined

@@ -1,11 +1,27 @@
-"""iasp-iapp: interference-aware scheduling at two levels.
+"""iasp-iapp: interference-aware parallelization at two levels, cluster then node.
 
-Source: the two-level IASP/IAPP scheme (interference-aware scheduling and placement for DL jobs):
-the cluster level (IASP) picks the node whose running jobs are least similar to the new job, with
-similarity predicted by collaborative filtering (``cf`` predictor: the predicted throughput loss of
-the new job next to each resident); the node level (IAPP) picks the GPUs of that node by predicted
-performance (``mlp`` predictor) plus a communication cost for multi-GPU jobs. FIFO order; a GPU runs
-at most two jobs.
+Source: Xu et al., "Interference-aware parallelization for deep learning workload in GPU cluster",
+Cluster Computing 23, 2020. Rule, per job in FIFO order:
+
+1. **cluster level** (CLWP, with IASP — interference-aware similarity prediction by collaborative
+   filtering): among the nodes that can take the job, the job goes to the node(s) whose running
+   jobs are least similar to it — similarity being the predicted throughput loss of the job next to
+   each of the node's residents, averaged over them (a node running nothing is not similar at all);
+2. **node level** (NLWP, with IAPP — interference-aware performance prediction by a neural
+   network): on the chosen node, the job's GPUs are those of the best predicted performance (a free
+   GPU performs 1, a shared one the predicted normalized throughput; below ``min_tput`` a GPU is not
+   used), minus a communication cost of ``comm_penalty`` for every extra NVLink/PCIe group the job's
+   GPUs span (the tasks of a multi-GPU job exchange gradients).
+
+Predictors (``similarity``, ``performance``): ``cf`` (low-rank factorization) or ``ncf`` (neural
+collaborative filtering, the paper's "deep collaborative filtering"); ``mlp`` (one hidden layer of
+16) or ``mlp-deep`` (three hidden layers, the paper's "deep neural network"). The defaults are the
+better pair on bench/bench_sim.py and bench/bench_interference.py (docs/placement.md). Our reading:
+the paper's similarity is learned from job features and co-location history; here it is the
+predicted interference itself; a multi-node job takes the ``nodes`` least similar nodes; a GPU runs
+at most two jobs; the node's spread over servers is fixed by the request's shape (``-N``), so the
+communication cost between nodes is the same for every node choice and only the in-node groups are
+scored (the simulator charges the cross-node cost Gavel measured, see sim/truth.py).
 """
 
 import numpy as np
@@ -18,6 +34,9 @@ class IaspIapp(Policy):
     share = True
     max_jobs_per_gpu = 2
     min_tput = 0.5  # IAPP does not place where the predicted performance falls below this
+    comm_penalty = 0.05
+    similarity = "cf"
+    performance = "mlp"
 
     def __init__(self, pairs=None, similarity_pairs=None, **options):
         super().__init__(pairs, **options)
@@ -26,9 +45,8 @@ class IaspIapp(Policy):
     def pair_tables(self):
         return [t for t in (self.pairs, self.similarity_pairs) if t is not None]
 
-    def _node_similarity(self, cycle) -> np.ndarray:
-        """Mean predicted interference (1 − cf throughput) between the job and each node's residents."""
-        state = cycle.state
+    def node_similarity(self, state, class_id) -> np.ndarray:
+        """IASP: mean predicted interference (1 − predicted throughput) of the job next to each node's residents."""
         occupied = np.flatnonzero(state.gpu_class0 >= 0)
         n_nodes = len(state.nodes)
         if len(occupied) == 0 or self.similarity_pairs is None:
@@ -38,14 +56,49 @@ class IaspIapp(Policy):
         for t in np.unique(types):
             mat = self.similarity_pairs.matrix(state.gpu_types[t])
             sel = types == t
-            sim[sel] = 1.0 - mat[cycle.class_id, state.gpu_class0[occupied[sel]]]
+            sim[sel] = 1.0 - mat[class_id, state.gpu_class0[occupied[sel]]]
         nodes = state.gpu_node[occupied]
         total = np.bincount(nodes, weights=sim, minlength=n_nodes)
         count = np.bincount(nodes, minlength=n_nodes)
         return total / np.maximum(count, 1)
 
     def score_gpus(self, cycle):
-        similarity = self._node_similarity(cycle)[cycle.state.gpu_node[cycle.idx]]
+        """IAPP's predicted performance of the job on each feasible GPU."""
         perf = np.where(cycle.free, 1.0, cycle.job_tput)
-        score = -10.0 * similarity + perf
-        return np.where(perf >= self.min_tput, score, NEG_INF)
+        return np.where(perf >= self.min_tput, perf, NEG_INF)
+
+    def select(self, cycle):
+        """Stage 1 picks the node(s) by similarity; stage 2 the GPUs on each (:meth:`node_gpus`)."""
+        state, req = cycle.state, cycle.req
+        usable = cycle.score > NEG_INF
+        per_node = np.bincount(state.gpu_node[cycle.idx[usable]], minlength=len(state.nodes))
+        candidates = np.flatnonzero(per_node >= req.gpus_per_node)
+        if len(candidates) < req.nodes:
+            return None
+        similarity = self.node_similarity(state, cycle.class_id)[candidates]
+        chosen = candidates[np.argsort(similarity, kind="stable")[:req.nodes]]  # ties: node order
+        picks = [self.node_gpus(cycle, node) for node in sorted(chosen)]
+        return np.concatenate(picks)
+
+    def node_gpus(self, cycle, node) -> np.ndarray:
+        """Positions (in ``cycle.idx``) of the job's GPUs on ``node``: the set of ``gpus_per_node``
+        usable GPUs maximizing summed predicted performance − ``comm_penalty`` × (groups spanned − 1),
+        found over the subsets of the node's NVLink/PCIe groups (a node has a handful)."""
+        state, k = cycle.state, cycle.req.gpus_per_node
+        pos = np.flatnonzero((state.gpu_node[cycle.idx] == node) & (cycle.score > NEG_INF))
+        if k == 1:  # one GPU spans one group: the best one (ties: the first)
+            return pos[[int(np.argmax(cycle.score[pos]))]]
+        groups = state.gpu_group[cycle.idx[pos]]
+        names = np.unique(groups)
+        best, best_value = None, -np.inf
+        for mask in range(1, 1 << len(names)):
+            members = names[[bool(mask >> i & 1) for i in range(len(names))]]
+            inside = pos[np.isin(groups, members)]
+            if len(inside) < k:
+                continue
+            top = inside[np.argsort(-cycle.score[inside], kind="stable")[:k]]
+            spanned = len(np.unique(state.gpu_group[cycle.idx[top]]))
+            value = cycle.score[top].sum() - self.comm_penalty * (spanned - 1)
+            if value > best_value + 1e-12:
+                best, best_value = np.sort(top), value
+        return best

@@ -4,4 +4,4 @@
 #SBATCH --time=45
 #HORUS --model resnet18 --batch-size 128
 
-python train.py --batch-size "${HORUS_SUB_BATCH:-128}" --accum "${HORUS_GRAD_ACCUM_STEPS:-1}"
+python train.py --batch-size "${HORUS_MICRO_BATCH:-128}" --accum "${HORUS_GRAD_ACCUM:-1}"

@@ -1,11 +1,31 @@
-"""Slurm hostlist expressions: ``n[1-3,5]``, ``gpu[001-002],login1`` <-> lists of names."""
+"""Slurm hostlist expressions: ``n[1-3,5]``, ``gpu[001-002],login1`` -> lists of names.
+
+The one reader of hostlists: squeue's and sacct's node lists (slurm/parse.py) and the history's
+(store/queries.py). Pure, so that every room may use it.
+"""
 
 import re
 
-from ..errors import InputError
-from .gres import split_outside
+from .errors import InputError
 
 _BRACKET = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<ranges>[^\[\]]+)\](?P<suffix>.*)$")
+
+
+def split_outside(text, opening, closing):
+    """Split ``text`` on the commas that are not between ``opening`` and ``closing``."""
+    items, depth, current = [], 0, []
+    for char in text:
+        if char == opening:
+            depth += 1
+        elif char == closing:
+            depth -= 1
+        if char == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    items.append("".join(current))
+    return [item.strip() for item in items if item.strip()]
 
 
 def expand_hostlist(text):

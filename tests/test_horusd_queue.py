@@ -1,0 +1,186 @@
+"""horusd's queue on hand-made snapshots (no Slurm): keeping, the queue rebuilt from squeue, the cycle.
+
+The real-daemon side of the same path is tests/test_live_queue.py.
+"""
+
+import dataclasses
+
+import pytest
+
+from slurm_horus.service import lua_twin
+from slurm_horus.service.daemon import MAX_KEPT
+from slurm_horus.service.mover import _start_lines
+from slurm_horus.service.protocol import encode_kv
+from slurm_horus.service.snapshot import Snapshot
+from slurm_horus.slurm.gres import parse_gres
+from slurm_horus.slurm.parse import QueueJob
+from slurm_horus.tokens import format_token, parse_horus_tokens, replace_token
+from test_horusd_placer import Clock, ask, make_placer, node, offers_of, running
+
+
+def kept(job_id, job_class="lm-bs20", tres="gres:shard:1", decision="", reason="BeginTime", nodes=1,
+         submit=900, admin_comment=None, tres_per_job=""):
+    token = f"horus:{decision or f'hk{job_id}'} mode=kept class={job_class}"
+    return QueueJob(job_id=job_id, name="j", state="PENDING", user="u", nodes="", required_nodes="",
+                    partition="gpu", tres_per_node=tres, comment="", admin_comment=admin_comment or token,
+                    submit_time=submit, start_time=1030, gres_requested=parse_gres(tres), gres_allocated=[],
+                    end_time=0, time_limit=60, gres_detail=(), state_reason=reason, node_count=nodes,
+                    tres_per_job=tres_per_job)
+
+
+def full(n=8):
+    """n running exclusive 1-GPU jobs on n1 (4 GPUs) and n2 (4 GPUs)."""
+    return [running(100 + i, f"n{1 + i // 4}", [f"gpu:g{i % 4}:1(IDX:{i % 4})"]) for i in range(n)]
+
+
+def lua_ask(placer, job_class="lm-bs20", gpus=1, nodes=1):
+    return ask(placer, job_class, gpus=gpus, nodes=nodes, keep=True, reply="kv")
+
+
+def test_a_job_that_cannot_be_placed_is_kept_in_a_shape_horusd_can_move():
+    placer = make_placer(jobs=full())
+    shard = lua_ask(placer, "lm-bs20")
+    assert shard["action"] == "keep" and shard["tres"] == "gres:shard:1" and shard["lease"] == 30
+    assert shard["mode"] == "kept" and shard["class"] == "lm-bs20" and "GPU" in shard["reason"]
+    whole = lua_ask(placer, None, gpus=2)  # unknown class, 2 GPUs: whole GPUs, untyped
+    assert whole["action"] == "keep" and whole["tres"] == "gres:gpu:2"
+    # the Lua accepts both replies as they travel
+    conf = lua_twin.parse_config("")
+    for reply in (shard, whole):
+        parsed, why = lua_twin.parse_reply(encode_kv(reply), conf)
+        assert why is None and parsed["action"] == "keep"
+    assert placer.queue_waiting() and placer.kept_decisions == 2
+
+
+def test_a_held_job_is_kept_without_making_the_next_ones_wait():
+    clock = Clock()
+    placer = make_placer(clock=clock, jobs=full(8))
+    assert ask(placer, "lm-bs20", keep=True, reply="kv", held=True)["action"] == "keep"
+    assert not placer.queue_waiting()
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], full(7), taken_at=clock()))  # a GPU frees
+    assert lua_ask(placer, "lm-bs20")["action"] == "place"  # nobody waits before it
+
+
+def test_other_clients_and_dry_runs_are_never_kept():
+    placer = make_placer(jobs=full())
+    assert ask(placer, "lm-bs20")["action"] == "unchanged"  # horus-sbatch cannot keep a job
+    assert lua_ask(placer)["action"] == "keep"
+    overtaking = ask(placer, "lm-bs20")  # nor jump the queue
+    assert overtaking["action"] == "unchanged" and "joins them when submitted" in overtaking["reason"]
+    assert ask(placer, "lm-bs20", keep=True, dry_run=True)["action"] == "unchanged"
+    placer.queue_on = False
+    assert lua_ask(placer)["action"] == "unchanged"
+
+
+def test_a_new_job_joins_the_waiting_jobs_instead_of_overtaking_them():
+    clock = Clock()
+    placer = make_placer(clock=clock, jobs=full(7))  # one GPU free
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], full(7) + [kept(7, "resnet50-bs64")], taken_at=clock()))
+    assert len(placer.queue) == 1
+    assert lua_ask(placer, "lm-bs20")["action"] == "keep"  # it would fit, but job 7 waits first
+    assert offers_of(placer)[0] == {}  # no offer may be taken while jobs wait
+
+
+def test_the_queue_is_rebuilt_from_squeue_and_the_shared_cycle_places_it():
+    clock = Clock()
+    waiting = [kept(1, "resnet18-bs32"), kept(2, "resnet18-bs64"), kept(3, None, tres="gres:gpu:2"),
+               kept(4, "lm-bs20", reason="JobHeldUser")]
+    placer = make_placer(clock=clock, jobs=full(4) + waiting)  # n2 free, n1 busy
+    assert set(placer.kept) == {"1", "2", "3", "4"} and len(placer.queue) == 3  # held: kept, not placeable
+    moves = placer.cycle()
+    started = {m.kept.job_id: m.reply for m in moves}
+    assert set(started) == {"1", "2", "3"} and len(placer.queue) == 0 and set(placer.kept) == {"4"}
+    assert started["3"].tres.count("gres:gpu:g") == 2 and started["3"].mode == "exclusive"
+    assert all(r.nodes == ("n2",) for r in started.values())
+    assert started["1"].tres.startswith("gres:shard:g") and started["2"].tres.startswith("gres:shard:g")
+    # every placement is in the state and the ledger under the kept decision id
+    assert {m.reply.id for m in moves} == {"hk1", "hk2", "hk3"} <= set(placer.ledger.entries)
+    # squeue still shows them kept (the moves are on their way): the ledger holds them, not the queue
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], full(4) + waiting, taken_at=clock()))
+    assert len(placer.queue) == 0 and placer.cycle() == []
+    assert placer.state.n_free == 8 - 4 - len({g for m in moves for g in placer.ledger.get(m.reply.id).job.gpus})
+
+
+def test_a_restarted_horusd_finds_its_queue_in_squeue():
+    waiting = [kept(i, "resnet50-bs64") for i in range(1, 4)]
+    fresh = make_placer(jobs=full(8) + waiting)  # as a new horusd would read it
+    assert [req.job_id for req in fresh.queue] == ["1", "2", "3"] and fresh.kept_job_ids() == ["1", "2", "3"]
+    assert fresh.cycle() == []  # full: they wait
+    assert fresh.queue_summary()["kept"] == 3 and fresh.queue_summary()["oldest_s"] == 100.0
+
+
+def test_a_cycle_never_shares_over_the_slowdown_limit():
+    placer = make_placer(jobs=full(7) + [kept(1, "recommendation-bs2048"), kept(2, "recommendation-bs2048")])
+    placer.slowdown_limit = 1.01
+    moves = placer.cycle()
+    assert len(moves) == 1 and len(placer.queue) == 1  # the second one waits for a GPU of its own
+
+
+def test_a_kept_job_without_a_gpu_request_is_given_its_shard_back():
+    cut_short = kept(5, tres="")  # a shard move interrupted between its two updates
+    halfway = kept(6, None, tres="", tres_per_job="gres:gpu:2")  # whole GPUs, per job for a moment
+    placer = make_placer(jobs=[cut_short, halfway])
+    assert placer.take_unshaped() == ["5"] and placer.take_unshaped() == []
+    assert placer.kept["6"].request.gpus_per_node == 2 and placer.kept["6"].request.exclusive
+
+
+def test_the_moves_in_scontrol_form():
+    placer = make_placer(jobs=[kept(1, "lm-bs20"), kept(2, None, tres="gres:gpu:2")])
+    moves = {m.kept.job_id: m for m in placer.cycle()}
+    shard, whole = _start_lines(moves["1"]), _start_lines(moves["2"])
+    reply = moves["1"].reply
+    assert shard == [(["1"], {"TresPerNode": ""}),
+                     (["1"], {"TresPerNode": reply.tres, "NodeList": reply.nodes[0], "StartTime": "now"})]
+    assert whole[0] == (["2"], {"TresPerNode": "", "TresPerJob": "gres:gpu:2"})  # never without GPUs
+    assert whole[1][1]["TresPerJob"] == "" and whole[1][1]["TresPerNode"].count("gres:gpu:g") == 2
+    # the placed token replaces the kept one, as job_submit.lua would have written it
+    token = format_token(reply.id, reply.mode, reply.job_class, reply.slowdown, reply.gpulist)
+    admin = replace_token("JS1:x " + moves["1"].kept.admin_comment, reply.id, token)
+    lua_job = {"admin_comment": "JS1:x"}
+    lua_twin.append_token(lua_job, {k: encode_kv({k: v}).split("=", 1)[1] for k, v in reply.wire().items()
+                                    if k in ("id", "mode", "slowdown", "class", "gpulist")})
+    assert admin == lua_job["admin_comment"]
+    assert parse_horus_tokens(admin) == (reply.id, {"mode": reply.mode, "slowdown": f"{reply.slowdown:.3f}",
+                                                    "class": "lm-bs20", "gpus": reply.gpulist})
+
+
+def test_node_binding_moves_by_node_only():
+    placer = make_placer(binding="node", jobs=[kept(1, "lm-bs20", tres="gres:gpu:1")])
+    (move,) = placer.cycle()
+    assert _start_lines(move) == [(["1"], {"NodeList": move.reply.nodes[0], "StartTime": "now"})]
+
+
+def test_kept_jobs_are_capped():
+    placer = make_placer(jobs=full())
+    placer.unseen_keeps = {f"h{i}": 1e18 for i in range(MAX_KEPT)}
+    assert lua_ask(placer)["action"] == "unchanged"
+
+
+@pytest.mark.parametrize("reason", ["JobHeldAdmin", "Dependency"])
+def test_held_or_dependent_kept_jobs_wait_outside_the_queue(reason):
+    placer = make_placer(jobs=[dataclasses.replace(kept(1), state_reason=reason)])
+    assert placer.kept_job_ids() == ["1"] and not placer.queue and placer.cycle() == []
+
+
+PARTITIONS = """PartitionName=train Default=YES Nodes=n1 PriorityTier=1 State=UP
+PartitionName=infer Default=NO Nodes=n[2-3] PriorityTier=10 State=UP
+PartitionName=infer-lend Default=NO Nodes=n2 PriorityTier=1 State=UP
+"""
+
+
+def test_jobs_slurm_may_start_by_preempting_are_never_kept():
+    from slurm_horus.slurm.partitions import parse_partitions, parse_preempt_type, preemption
+
+    parts = parse_partitions(PARTITIONS)
+    assert [(p.name, p.nodes, p.tier, p.default) for p in parts][1] == ("infer", ("n2", "n3"), 10, False)
+    lending = preemption(parse_preempt_type("PreemptMode = REQUEUE\nPreemptType = preempt/partition_prio\n"), parts)
+    assert lending.preemptors == {"infer"} and lending.default_partition == "train"
+    assert lending.may_preempt("infer") and lending.may_preempt("train,infer") and not lending.may_preempt("")
+    assert preemption("preempt/qos", parts).may_preempt("train")
+    assert preemption(parse_preempt_type("PreemptType = preempt/none"), parts).preemptors == frozenset()
+    placer = make_placer(jobs=full())
+    placer.preemption = lending
+    assert ask(placer, "lm-bs20", keep=True, reply="kv", partition="infer")["action"] == "unchanged"  # Slurm preempts
+    assert ask(placer, "lm-bs20", keep=True, reply="kv", partition="train")["action"] == "keep"

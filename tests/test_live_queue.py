@@ -1,0 +1,193 @@
+"""horusd's queue on the real local cluster: kept jobs, started where the shared cycle places them,
+and started by Slurm itself when horusd is killed or switched off.
+
+One 2-node x 4-GPU cluster with horusd (binding shard, policy horus) and a short lease (8 s) so that
+fail-open is quick to watch. The acceptance run with the site defaults (32-job burst, a kill with 16
+waiting) is bench/bench_live_queue.py.
+"""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+import conftest
+from slurm_horus.localcluster import horus as horus_local
+from slurm_horus.localcluster import poll as wait_until
+from slurm_horus.service import protocol
+from slurm_horus.tokens import parse_gpu_list, parse_horus_tokens
+
+pytestmark = pytest.mark.slurm
+
+LEASE_S = 8
+REPORT = "#!/bin/sh\necho GDO=$GPU_DEVICE_ORDINAL JOB_GPUS=$SLURM_JOB_GPUS\nsleep {seconds}\n"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from conftest.horus_cluster(lease_s=LEASE_S, cycle_s=1)
+
+
+@pytest.fixture
+def clean(cluster):
+    cluster.cancel_all_jobs()
+    time.sleep(1.5)  # horusd's next refresh sees the empty queue
+    yield cluster
+    cluster.cancel_all_jobs()
+
+
+def tokens(cluster):
+    """{job id: (state, token fields)} of the queue."""
+    return {j.job_id: (j.state, parse_horus_tokens(j.admin_comment)[1]) for j in cluster.queue()}
+
+
+def fill(cluster):
+    """Two jobs of unknown class hold all 8 GPUs (horusd places them at submission)."""
+    blockers = [cluster.sbatch(["--gres=gpu:4", "-J", "blocker"], "#!/bin/sh\nsleep 600\n") for _ in range(2)]
+    cluster.wait_jobs(blockers, timeout=30, states=("RUNNING",))
+    time.sleep(1.5)
+    return blockers
+
+
+def kept_now(cluster, job_ids):
+    return all(tokens(cluster).get(j, (None, {}))[1].get("mode") == "kept" for j in job_ids)
+
+
+def submit(cluster, job_class, seconds=5, gres="--gres=gpu:1", extra=()):
+    args = [gres, *extra] + ([f"--comment=class={job_class}"] if job_class else [])
+    return cluster.sbatch(args, REPORT.format(seconds=seconds))
+
+
+def horusd_pid(cluster):
+    return next(d["pid"] for d in cluster.status()["daemons"] if d["name"] == "horusd")
+
+
+def kill_horusd(cluster):
+    os.kill(horusd_pid(cluster), signal.SIGKILL)
+    cluster.daemons = [d for d in cluster.daemons if d["name"] != "horusd"]
+
+
+def restart_horusd(cluster):
+    horus_local.start_horusd(cluster, 60)
+    cluster._write_state()
+
+
+def ran_where_token_says(cluster, job_id):
+    _state, fields = tokens(cluster)[job_id]
+    (node, indices), = parse_gpu_list(fields["gpus"])
+    out = cluster.job_output(job_id)
+    return (next(j.nodes for j in cluster.queue() if j.job_id == job_id) == node
+            and f"GDO={','.join(str(i) for i in indices)} " in out)
+
+
+def test_a_burst_waits_in_horusds_queue_and_starts_where_the_cycle_places_it(clean):
+    classes = ["resnet18-bs32", "resnet18-bs64", "lm-bs20", "a3c", "recommendation-bs2048", "cyclegan"]
+    jobs = [submit(clean, classes[i % len(classes)], seconds=4 + i % 3) for i in range(20)]
+    clean.wait_jobs(jobs, timeout=180)
+    log = (clean.root / "log" / "horusd.log").read_text()
+    started_from_queue = {int(j) for j in re.findall(r"decision job=(\d+) .*action=start", log)}
+    assert started_from_queue & set(jobs)  # some waited in the queue
+    for job in jobs:
+        state, fields = tokens(clean)[job]
+        assert state == "COMPLETED" and fields.get("gpus") and fields["mode"] != "kept", (job, fields)
+        assert ran_where_token_says(clean, job), (job, fields, clean.job_output(job))
+
+
+def test_whole_gpus_are_kept_untyped_and_started_on_exactly_the_gpus_horusd_chose(clean):
+    blockers = fill(clean)
+    job = submit(clean, None, seconds=3, gres="--gres=gpu:2")  # unknown class: whole GPUs
+    assert wait_until(lambda: kept_now(clean, [job]), 10)
+    assert next(j for j in clean.queue() if j.job_id == job).tres_per_node == "gres:gpu:2"
+    clean.run(["scancel"] + [str(b) for b in blockers])
+    clean.wait_jobs([job], timeout=60)
+    _state, fields = tokens(clean)[job]
+    (node, indices), = parse_gpu_list(fields["gpus"])
+    assert fields["mode"] == "exclusive" and len(indices) == 2
+    assert f"JOB_GPUS={','.join(str(i) for i in indices)}" in clean.job_output(job)  # those two, no other
+
+
+def test_a_killed_horusd_lets_slurm_start_every_kept_job_within_the_lease(clean):
+    blockers = fill(clean)
+    kept = [submit(clean, "lm-bs20", seconds=2) for _ in range(3)]
+    assert wait_until(lambda: kept_now(clean, kept), 10)
+    kill_horusd(clean)
+    try:
+        killed = time.monotonic()
+        clean.run(["scancel"] + [str(b) for b in blockers])
+        states = clean.wait_jobs(kept, timeout=LEASE_S + 40)
+        assert set(states.values()) == {"COMPLETED"}
+        assert time.monotonic() - killed < LEASE_S + 40
+        # nobody placed them: Slurm started them as they were kept (any GPU, one shard each)
+        assert all(tokens(clean)[j][1]["mode"] == "kept" and "GDO=" in clean.job_output(j) for j in kept)
+    finally:
+        restart_horusd(clean)
+
+
+def test_a_restarted_horusd_finds_its_queue_and_places_it(clean):
+    blockers = fill(clean)
+    kept = [submit(clean, c, seconds=2) for c in ("resnet18-bs32", "resnet18-bs64")]
+    assert wait_until(lambda: kept_now(clean, kept), 10)
+    kill_horusd(clean)
+    restart_horusd(clean)  # well within the lease: the new horusd renews it and places the jobs
+    reply = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
+    assert reply["queue"]["kept"] == 2 and reply["lease_s"] == LEASE_S
+    clean.run(["scancel"] + [str(b) for b in blockers])
+    clean.wait_jobs(kept, timeout=60)
+    for job in kept:
+        assert tokens(clean)[job][1]["mode"] in ("shared", "shareable") and ran_where_token_says(clean, job)
+
+
+def test_the_kill_switch_lets_every_kept_job_go_at_once(clean):
+    blockers = fill(clean)
+    kept = [submit(clean, "a3c", seconds=2) for _ in range(2)]
+    assert wait_until(lambda: kept_now(clean, kept), 10)
+    disable = clean.root / "etc" / "horus.disabled"
+    disable.write_text("")
+    try:
+        # released at once (horusd renews the lease every LEASE_S / 2: it had at least 4 s to run)
+        assert wait_until(lambda: all(j.state_reason != "BeginTime" for j in clean.queue() if j.job_id in kept), 3)
+        clean.run(["scancel"] + [str(b) for b in blockers])
+        assert set(clean.wait_jobs(kept, timeout=40).values()) == {"COMPLETED"}
+    finally:
+        disable.unlink()
+
+
+def test_jobs_horus_cannot_place_right_are_left_alone(clean):
+    first = submit(clean, "lm-bs20", seconds=30)
+    left = {
+        "dependency": submit(clean, "lm-bs20", extra=[f"--dependency=afterany:{first}"]),
+        "begin time set by the user": submit(clean, "lm-bs20", extra=["--begin=now+600"]),
+        # a GPU index the user names (a model type, e.g. gpu:v100:1, is kept and placed:
+        # test_first_use.py)
+        "already pinned to a gpu index": submit(clean, "lm-bs20", gres="--gres=gpu:g1:1"),
+    }
+    time.sleep(1)
+    log = (clean.root / "log" / "slurmctld.log").read_text()
+    for reason, job in left.items():
+        assert f"skip: {reason}" in log
+        assert "horus:" not in next(j.admin_comment for j in clean.queue() if j.job_id == job)
+
+
+def test_doctor_shows_the_queue(clean):
+    import subprocess
+    import sys
+
+    blockers = fill(clean)
+    kept = [submit(clean, "lm-bs20") for _ in range(2)]
+    assert wait_until(lambda: kept_now(clean, kept), 10)
+    time.sleep(1.2)
+    env = dict(clean.env, HORUS_CONFIG=str(clean.horus_config))
+    result = subprocess.run([sys.executable, "-m", "slurm_horus", "doctor", "--slurm-conf", str(clean.slurm_conf)],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert re.search(r"queue: 2 jobs kept by horusd, the oldest for \d+ s", result.stdout), result.stdout
+    kill_horusd(clean)  # nobody renews leases now
+    try:
+        clean.run(["scontrol", "update", f"jobid={kept[0]}", "StartTime=now+3600"])  # a lease far too long
+        result = subprocess.run([sys.executable, "-m", "slurm_horus", "doctor", "--slurm-conf", str(clean.slurm_conf)],
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert f"job {kept[0]} is kept until" in result.stdout, result.stdout
+    finally:
+        restart_horusd(clean)
+    del blockers
