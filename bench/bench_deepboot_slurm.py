@@ -13,6 +13,12 @@ both at tier 1 with PreemptMode=REQUEUE and GraceTime=10 s. Rounds interleave th
   signals it only when the GraceTime ends;
 * ``shrink``: a 2-node job in ``train-lend`` (``hpc_configs/deepboot-shrinkable-example.sh``) is shrunk
   off n2 (``scontrol update NodeList=n1``) and a 2-GPU inference job submitted: shrink → RUNNING.
+* ``horusd`` (a second cluster, with job_submit.lua and horusd, ``policy = deepboot``): two 1-GPU
+  borrowers of the example on n2, the older one at a lower job priority (``--nice``: Slurm on its own
+  would preempt it); one inference job. horusd's reclaim (the scheduling cycle's step, as in the
+  simulator) chooses the most recently started borrower and pins the inference job to its GPU:
+  measured: submission → RUNNING, which borrower Slurm requeued, and that both complete;
+  ``horusd_off_slurm_picks``: the same inference job opted out (``horus=off``): Slurm's own victim.
 
 ``--rounds N`` (default 3). Prints one JSON document: per mode every sample, the median and the
 maximum; jobs lost. The machine is shared: compare medians, and rerun when the maxima disagree.
@@ -91,6 +97,34 @@ def reclaim_by_preemption(cluster, with_step):
             "borrower_state": final, "completed_all_steps": f"done step={STEPS}" in out}
 
 
+def reclaim_through_horusd(cluster, slurm_picks=False):
+    script = EXAMPLE.read_text()
+    borrowers = []
+    for nice in (100, 0):  # the older one first, at the lower priority
+        borrowers.append(cluster.sbatch(["-p", "infer-lend", "--requeue", "--open-mode=append", "--gres=gpu:1",
+                                         f"--nice={nice}", "--comment=class=resnet50-bs64",
+                                         f"--export=ALL,STEPS={STEPS},STEP_S=0.1"], script))
+        wait(lambda: states(cluster, borrowers).get(borrowers[-1], ["?"])[0] == "RUNNING", 60)
+        time.sleep(1.5)  # distinct start times (squeue's are in seconds)
+    ckpts = [cluster.root / "jobs" / f"ckpt-{b}" for b in borrowers]
+    wait(lambda: all(c.exists() and int(c.read_text() or 0) >= 10 for c in ckpts), 60)
+    t0 = time.monotonic()
+    inference = cluster.sbatch(["-p", "infer", "--gres=gpu:1", "--comment=class=lm-bs20" + (" horus=off" if slurm_picks else "")], "#!/bin/sh\nsleep 3\n")
+    ran = wait(lambda: states(cluster, [inference]).get(inference, ["?"])[0] in ("RUNNING", "COMPLETED"), 60)
+    reclaim = time.monotonic() - t0 if ran else None
+    done = wait(lambda: all(s[0] in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED")
+                            for s in states(cluster, borrowers).values()), 180, poll=0.25)
+    outs = [cluster.job_output(b) for b in borrowers]
+    horusd_log = (cluster.root / "log" / "horusd.log").read_text()
+    chosen = re.findall(r"horus: reclaim: partition infer takes the GPUs of (\S+)", horusd_log)  # the last one: this sample's
+    final = [s[0] for s in states(cluster, borrowers).values()] if done else ["still running"]
+    finish(cluster, [*borrowers, inference])
+    return {"reclaim_s": round(reclaim, 2) if reclaim is not None else None,
+            "horusd_chose": chosen[-1] if chosen and not slurm_picks else None, "younger": str(borrowers[1]),
+            "requeued": [str(b) for b, out in zip(borrowers, outs) if "checkpoint step=" in out],
+            "borrower_states": final, "completed_all_steps": all(f"done step={STEPS}" in out for out in outs)}
+
+
 def reclaim_by_shrink(cluster):
     job = cluster.sbatch(["-p", "train-lend", "-N2", "--gres=gpu:2", "--export=ALL,EPOCHS=40,EPOCH_S=0.3"],
                          SHRINKABLE.read_text())
@@ -119,6 +153,7 @@ def summary(samples):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-horusd", dest="horusd", action="store_false", help="skip the mode with horusd")
     args = parser.parse_args()
     partitions, preemption = deepboot_conf("n1", "n2", GRACE_S)
     cluster = LocalCluster(nodes=2, gpus=2, partitions=partitions, extra_conf=preemption, cred_expire=5).up()
@@ -131,9 +166,19 @@ def main():
                 runs["preempt_no_step"].append(reclaim_by_preemption(cluster, with_step=False))
     finally:
         cluster.down()
+    if args.horusd:
+        cluster = LocalCluster(nodes=2, gpus=2, partitions=partitions, extra_conf=preemption, cred_expire=5,
+                               horus=True, horus_settings={"binding": "indexed", "policy": "deepboot"}).up()
+        try:
+            for _ in range(args.rounds):
+                runs.setdefault("horusd", []).append(reclaim_through_horusd(cluster))
+                # the same with the inference job opted out of horus (horus=off): Slurm's own victim
+                runs.setdefault("horusd_off_slurm_picks", []).append(reclaim_through_horusd(cluster, slurm_picks=True))
+        finally:
+            cluster.down()
     out = {"slurm": "22.05 (local cluster)", "grace_time_s": GRACE_S, "cred_expire_s": 5,
            "modes": {name: summary(samples) for name, samples in runs.items()}}
-    out["training_jobs_lost"] = sum(1 for s in runs["preempt"] + runs["preempt_no_step"]
+    out["training_jobs_lost"] = sum(1 for s in runs["preempt"] + runs["preempt_no_step"] + runs.get("horusd", []) + runs.get("horusd_off_slurm_picks", [])
                                     if not s["completed_all_steps"]) + \
         sum(1 for s in runs["shrink"] if not s["completed_all_epochs"])
     print(json.dumps(out, indent=2))

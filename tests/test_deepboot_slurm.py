@@ -77,6 +77,10 @@ def test_horusd_lends_an_inference_gpu_a_burst_takes_it_back_within_seconds_and_
     reclaim_s = time.monotonic() - submitted
     assert reclaim_s < 10, f"the burst waited {reclaim_s:.1f} s for its GPUs"
     assert f"Requeuing JobId={borrower}" in (cluster.root / "log" / "slurmctld.log").read_text()
+    # the victim was horusd's reclaim decision (the scheduling cycle's, as in the simulator): the
+    # inference job was pinned to the borrower's GPU and Slurm preempted that job
+    assert re.search(rf"horus: reclaim: partition infer takes the GPUs of {borrower}\b",
+                     (cluster.root / "log" / "horusd.log").read_text())
     wait_for(lambda: state_of(cluster, borrower) == "COMPLETED", 120, "the borrower to resume and complete")
     out = cluster.job_output(borrower)
     saved = [int(s) for s in re.findall(r"checkpoint step=(\d+)", out)]

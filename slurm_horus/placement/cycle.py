@@ -115,6 +115,31 @@ def may_reclaim(policy: Policy) -> bool:
     return type(policy).reclaim is not Policy.reclaim
 
 
+def reclaim_for(state: ClusterState, policy: Policy, req: JobRequest, ctx: SchedulingContext, failed: Decision,
+                preempt: Callable[[str], None], shrink: Optional[Callable[[Shrink], None]] = None,
+                explain: bool = False, result: Optional[CycleResult] = None) -> Decision:
+    """The reclaim step of the cycle, for a request the policy could not place (``failed``, returned
+    as it is when there is nothing to reclaim): the policy names
+    victims (``Policy.reclaim``: job ids, or :class:`~.elastic.Shrink`), each is preempted or shrunk
+    through the caller's callbacks (a Shrink is a whole preemption without ``shrink``), and the policy
+    decides again. The simulator's cycle and horusd (whose preemptions Slurm carries out) both reclaim
+    here, so they take the same decision. The victims go to ``result`` when given."""
+    victims = policy.reclaim(state, req, ctx)
+    if not victims:
+        return failed
+    for victim in victims:
+        if isinstance(victim, Shrink) and shrink is not None:
+            shrink(victim)
+            if result is not None:
+                result.shrunk.append(victim)
+        else:
+            victim = victim.job_id if isinstance(victim, Shrink) else victim
+            preempt(victim)
+            if result is not None:
+                result.preempted.append(victim)
+    return policy.decide(state, req, ctx, explain=explain)
+
+
 def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
                 ctx: SchedulingContext) -> List[JobRequest]:
     """The waiting jobs in the order this cycle asks about them: queue order, except that jobs
@@ -173,17 +198,7 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
         result.tried += 1
         decision = policy.decide(state, req, ctx, explain=explain)
         if not decision.placed and reclaiming:
-            victims = policy.reclaim(state, req, ctx)
-            if victims:
-                for victim in victims:
-                    if isinstance(victim, Shrink) and shrink is not None:
-                        shrink(victim)
-                        result.shrunk.append(victim)
-                    else:
-                        victim = victim.job_id if isinstance(victim, Shrink) else victim
-                        preempt(victim)
-                        result.preempted.append(victim)
-                decision = policy.decide(state, req, ctx, explain=explain)
+            decision = reclaim_for(state, policy, req, ctx, decision, preempt, shrink, explain, result)
         if not decision.placed:
             failed.add(shape)
             result.waiting[req.job_id] = decision.reason
