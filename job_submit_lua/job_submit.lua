@@ -293,8 +293,17 @@ function horus.find_offer(text, job_class, now, conf, spent, awaiting)
   return nil, "no offer for " .. job_class
 end
 
+-- When this script stops waiting for horusd's answer (wall-clock seconds, as horusd's time.time()):
+-- horusd decides nothing for a request it reads later (the job went to Slurm unchanged). nil
+-- without lua-socket (then nothing is asked anyway).
+function horus.give_up_at(conf)
+  local ok, socket = pcall(require, "socket")
+  if not ok or type(socket) ~= "table" or type(socket.gettime) ~= "function" then return nil end
+  return socket.gettime() + conf.timeout_ms / 1000
+end
+
 -- The request line sent to horusd (JSON; reply asked for as key=value, which Lua parses cheaply).
-function horus.build_request(job, submit_uid, request, env)
+function horus.build_request(job, submit_uid, request, env, give_up_at)
   env = env or job_environment(job)
   local hints = {}
   for _, name in ipairs(HINT_NAMES) do hints[name] = env_value(env, name) end
@@ -317,6 +326,7 @@ function horus.build_request(job, submit_uid, request, env)
     hints = hints,
     keep = true, -- this script can keep the job for horusd's queue (horus.keep)
     held = job.priority == 0, -- sbatch -H: it waits for its user, not for GPUs
+    give_up_at = give_up_at,
   }
   return json_value(message)
 end
@@ -342,6 +352,8 @@ local function check_token_fields(reply)
   if reply.mode and not string.match(reply.mode, "^[%a]+$") then return "bad mode" end
   if reply.slowdown and not string.match(reply.slowdown, "^%d+%.?%d*$") then return "bad slowdown" end
   if reply.gpulist and not string.match(reply.gpulist, "^[%w%-%.:+,]+$") then return "bad gpulist" end
+  if reply.micro_batch and not string.match(reply.micro_batch, "^%d+$") then return "bad micro_batch" end
+  if reply.grad_accum and not string.match(reply.grad_accum, "^%d+$") then return "bad grad_accum" end
   return nil
 end
 
@@ -406,18 +418,35 @@ end
 -- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
 -- admin_comment token (appended, never overwritten: jobstats keeps its JS1: summary there; users
 -- cannot set admin_comment, so the token cannot be forged).
+-- SJF-BSBF's sub-batching (the pair fits in memory with a smaller per-step batch, gradients
+-- accumulated): the job reads HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM from its environment
+-- (docs/horus-sbatch.md). job_submit/lua sets a job's environment variable through
+-- job_desc.environment (Slurm's _set_job_env_field).
+local function set_sub_batching(job, reply)
+  if not reply.micro_batch then return end
+  local env = job.environment
+  if env == nil then return end
+  env.HORUS_MICRO_BATCH = reply.micro_batch
+  env.HORUS_GRAD_ACCUM = reply.grad_accum or "1"
+end
+
 function horus.apply(job, reply)
   job.req_nodes = reply.nodes
   set_tres_per_node(job, reply.tres)
   if reply.partition and reply.partition ~= "" then job.partition = reply.partition end
+  set_sub_batching(job, reply)
   return horus.append_token(job, reply)
 end
 
--- horus:<id> mode=.. slowdown=.. class=.. [gpus=node:i+j] (slurm_horus/tokens.py reads it back)
+-- horus:<id> mode=.. slowdown=.. class=.. [gpus=node:i+j] [micro_batch=m grad_accum=k]
+-- (slurm_horus/tokens.py reads it back)
 function horus.append_token(job, reply)
   local token = "horus:" .. reply.id .. " mode=" .. (reply.mode or "exclusive") .. " slowdown="
     .. (reply.slowdown or "1.00") .. " class=" .. (reply.class or "unknown")
   if reply.gpulist and reply.gpulist ~= "" then token = token .. " gpus=" .. reply.gpulist end
+  if reply.micro_batch then
+    token = token .. " micro_batch=" .. reply.micro_batch .. " grad_accum=" .. (reply.grad_accum or "1")
+  end
   return add_token(job, token)
 end
 
@@ -614,7 +643,8 @@ function horus.submit(job, submit_uid)
   local claimed = env_value(env, "HORUS_DECISION")
   if claimed then
     if not string.match(claimed, "^[%w%-_]+$") then return "skip: malformed HORUS_DECISION" end
-    local raw, err = horus.ask(conf, json_value({ op = "confirm", reply = "kv", id = claimed, uid = submit_uid }))
+    local raw, err = horus.ask(conf, json_value({ op = "confirm", reply = "kv", id = claimed, uid = submit_uid,
+      give_up_at = horus.give_up_at(conf) }))
     if not raw then return "unchanged: horusd " .. tostring(err) end
     local reply, why = horus.parse_confirm(raw, claimed)
     if not reply then return "unchanged: " .. tostring(why) end
@@ -626,7 +656,7 @@ function horus.submit(job, submit_uid)
     local offered = horus.take_offer(job, submit_uid, env, conf)
     if offered then return offered end
   end
-  local line = horus.build_request(job, submit_uid, request, env)
+  local line = horus.build_request(job, submit_uid, request, env, horus.give_up_at(conf))
   local raw, ask_err = horus.ask(conf, line)
   if not raw then return "unchanged: horusd " .. tostring(ask_err) end
   local reply, parse_err = horus.parse_reply(raw, conf)

@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "model-refit": "slurm_horus.learn.cli:model_refit",
     "demo": "slurm_horus.demo:demo",
     "admin": "slurm_horus.admin:admin",
+    "job-env": "slurm_horus.sbatch.jobenv:job_env",
 }
 
 

@@ -19,16 +19,28 @@ _TOKEN = re.compile(r"(?:^|[\s,])horus:(\S*)")
 KEPT_MODE = "kept"
 
 
-def format_token(decision_id, mode, job_class, slowdown=None, gpulist=""):
+def format_token(decision_id, mode, job_class, slowdown=None, gpulist="", micro_batch=None, grad_accum=None):
     """The token as job_submit.lua writes it (``horus.append_token``; ``slowdown`` as the reply's
-    ``%.3f``); a kept job's token has no slowdown and no GPUs."""
+    ``%.3f``); a kept job's token has no slowdown and no GPUs. ``micro_batch``/``grad_accum``:
+    SJF-BSBF's sub-batching (the job's HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM; :func:`sub_batching`)."""
     token = f"horus:{decision_id} mode={mode}"
     if slowdown is not None:
         token += f" slowdown={slowdown:.3f}" if isinstance(slowdown, float) else f" slowdown={slowdown}"
     token += f" class={job_class}"
     if gpulist:
         token += f" gpus={gpulist}"
+    if micro_batch:
+        token += f" micro_batch={micro_batch} grad_accum={grad_accum or 1}"
     return token
+
+
+def sub_batching(fields):
+    """(micro_batch, grad_accum) of a token's fields (:func:`parse_horus_tokens`), or None when the
+    decision runs the job as submitted (or the fields are not plain positive numbers)."""
+    micro, accum = fields.get("micro_batch", ""), fields.get("grad_accum", "1")
+    if not (micro.isdigit() and accum.isdigit()) or int(micro) < 1 or int(accum) < 1:
+        return None
+    return int(micro), int(accum)
 
 
 def replace_token(admin_comment, decision_id, token):

@@ -8,11 +8,12 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
 from slurm_horus.service import protocol
-from slurm_horus.service.server import Frontend, authorize
+from slurm_horus.service.server import Frontend, authorize, past_deadline
 
 
 @pytest.fixture
@@ -153,3 +154,28 @@ def test_several_requests_on_one_kept_connection(frontend):
         for uid in (11, 12, 13):
             sock.sendall(protocol.encode({"op": "place", "uid": uid}))
             assert json.loads(reader.readline())["uid"] == uid
+
+
+def test_a_request_read_past_its_deadline_is_answered_expired_and_not_decided(frontend):
+    late = {"op": "place", "uid": 7, "give_up_at": time.time() - 0.5}
+    reply = json.loads(raw_exchange(frontend.socket_path, (json.dumps(late) + "\n").encode()))
+    assert reply == {"ok": False, "error": "expired: past its deadline"}
+    assert not any(m.get("uid") == 7 for m in frontend.seen) and frontend.expired == 1
+    # a claim is a fact, whenever it is read; a request in time is decided
+    raw_exchange(frontend.socket_path, (json.dumps({"op": "claim", "give_up_at": 1.0}) + "\n").encode())
+    raw_exchange(frontend.socket_path, (json.dumps({"op": "place", "uid": 8, "give_up_at": time.time() + 5}) + "\n").encode())
+    assert [m["op"] for m in frontend.seen[-2:]] == ["claim", "place"] and frontend.expired == 1
+
+
+def test_past_deadline_reads_only_a_number():
+    assert past_deadline({"give_up_at": 100.0}, now=100.25) == pytest.approx(0.25)
+    for value in (100.5, None, "99", True, float("nan")):
+        assert past_deadline({"give_up_at": value}, now=100.25) is None
+    assert past_deadline({}, now=1e12) is None
+
+
+def test_ask_says_when_it_stops_waiting(frontend):
+    before = time.time()
+    assert protocol.ask({"op": "place", "uid": 9}, frontend.socket_path, timeout_s=2)["uid"] == 9
+    sent = frontend.seen[-1]["give_up_at"]
+    assert before + 2 <= sent <= time.time() + 2

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -209,3 +210,23 @@ def test_a_hung_horusd_trips_the_circuit_breaker_in_real_lua(paths, tmp_path):
         hung.wait(10)
         if os.path.exists(sock):
             os.unlink(sock)
+
+
+CLOCK = r"""
+slurm = {SUCCESS = 0, log_info = function() end}
+dofile(arg[1])
+print(string.format("%.6f", HORUS.give_up_at(HORUS.parse_config("timeout_ms = 250\n"))))
+"""
+
+
+def test_give_up_at_is_the_wall_clock_horusd_compares_with(tmp_path, paths):
+    """horusd expires a request read after the script's give_up_at (server.past_deadline compares
+    it with time.time()): lua-socket's gettime must be that same clock, plus the timeout."""
+    script = paths[0]
+    driver = tmp_path / "clock.lua"
+    driver.write_text(CLOCK)
+    before = time.time()
+    out = subprocess.run([LUA, str(driver), script], capture_output=True, text=True, timeout=30)
+    after = time.time()
+    assert out.returncode == 0, out.stderr
+    assert before + 0.25 - 0.01 <= float(out.stdout) <= after + 0.25 + 0.01

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from slurm_horus.resources import resource_path
 from slurm_horus.service import lua_twin
-from slurm_horus.tokens import parse_horus_tokens
+from slurm_horus.tokens import parse_horus_tokens, sub_batching
 
 lupa51 = pytest.importorskip("lupa.lua51")
 
@@ -121,6 +121,9 @@ REPLIES = [
     "garbage",
     "",
     ";;ok=1;action=unchanged",
+    "ok=1;action=place;id=h-19;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=64;grad_accum=2",
+    "ok=1;action=place;id=h-20;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=6$(x);grad_accum=2",
+    "ok=1;action=place;id=h-21;nodes=n1;tres=gres:shard:g0:1;age=1;micro_batch=64;grad_accum=-1",
 ]
 
 
@@ -167,6 +170,9 @@ def test_parse_reply_twin(lua, line):
 
 def test_parse_reply_refuses_unsafe_and_stale():
     conf = lua_twin.parse_config("")
+    assert lua_twin.parse_reply(REPLIES[-3], conf)[0]["micro_batch"] == "64"
+    assert lua_twin.parse_reply(REPLIES[-2], conf) == (None, "bad micro_batch")
+    assert lua_twin.parse_reply(REPLIES[-1], conf) == (None, "bad grad_accum")
     assert lua_twin.parse_reply(REPLIES[0], conf)[0]["nodes"] == "n3"
     assert lua_twin.parse_reply(REPLIES[2], conf) == (None, "stale state")
     assert lua_twin.parse_reply(REPLIES[4], conf) == (None, "bad nodes")
@@ -236,6 +242,11 @@ def test_build_request_is_json_with_the_request(lua):
     assert message["keep"] is True and message["held"] is False  # the script can keep the job
     held = json.loads(horus.build_request(to_lua(lua, dict(job, priority=0)), 1000, to_lua(lua, request)))
     assert held["held"] is True  # sbatch -H
+    assert "give_up_at" not in message
+    # no lua-socket here (test_lua_socket.py reads its clock in the real Lua 5.1)
+    assert horus.give_up_at(horus.parse_config("")) is None
+    timed = json.loads(horus.build_request(to_lua(lua, job), 1000, to_lua(lua, request), None, 1795000000.25))
+    assert timed["give_up_at"] == 1795000000.25
 
 
 def test_encode_kv_reply_round_trips_through_lua(lua):
@@ -557,3 +568,24 @@ def test_breaker_means_what_it_says():
     lua_twin.breaker_after(breaker, False, 16.1, conf)  # a refused connection costs nothing: no count
     lua_twin.breaker_after(breaker, True, 16.2, conf)
     assert lua_twin.breaker_allows(breaker, 16.3)[0]
+
+
+def test_apply_twin_sub_batching_reaches_the_environment(lua):
+    """SJF-BSBF's sub-batching: job_submit.lua sets HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM through
+    job_desc.environment (slurmctld's setter for the job's environment) and the token says it."""
+    horus = lua.globals().HORUS
+    job = {"tres_per_node": "gres:gpu:1", "environment": {"PATH": "/usr/bin"}}
+    reply = {"id": "h-9", "nodes": "n1", "tres": "gres:shard:g0:1", "mode": "shared", "slowdown": "1.300",
+             "class": "resnet50-bs128", "gpulist": "n1:0", "micro_batch": "64", "grad_accum": "2"}
+    lua_job = to_lua(lua, {**job, "environment": to_lua(lua, job["environment"])})
+    lua_token = horus.apply(lua_job, to_lua(lua, reply))
+    py_job = {**job, "environment": dict(job["environment"])}
+    assert lua_token == lua_twin.apply(py_job, reply)
+    assert normalize(from_lua(lua_job)) == normalize(py_job)
+    assert py_job["environment"] == {"PATH": "/usr/bin", "HORUS_MICRO_BATCH": "64", "HORUS_GRAD_ACCUM": "2"}
+    _decision, fields = parse_horus_tokens(py_job["admin_comment"])
+    assert sub_batching(fields) == (64, 2)
+    plain = {"id": "h-9", "nodes": "n1", "tres": "gres:gpu:g0:1"}
+    untouched = {**job, "environment": dict(job["environment"])}
+    lua_twin.apply(untouched, plain)
+    assert untouched["environment"] == {"PATH": "/usr/bin"} and sub_batching(parse_horus_tokens(untouched["admin_comment"])[1]) is None

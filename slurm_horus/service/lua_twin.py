@@ -198,6 +198,9 @@ def _check_token_fields(reply):
         return "bad slowdown"
     if "gpulist" in reply and not re.match(r"^[A-Za-z0-9\-.:+,]+\Z", reply["gpulist"]):
         return "bad gpulist"
+    for field in ("micro_batch", "grad_accum"):
+        if field in reply and not re.match(r"^[0-9]+\Z", reply[field]):
+            return "bad " + field
     return None
 
 
@@ -282,6 +285,9 @@ def apply(job, reply):
     _set_tres_per_node(job, reply["tres"])
     if reply.get("partition"):
         job["partition"] = reply["partition"]
+    if reply.get("micro_batch") and job.get("environment") is not None:
+        job["environment"]["HORUS_MICRO_BATCH"] = reply["micro_batch"]
+        job["environment"]["HORUS_GRAD_ACCUM"] = reply.get("grad_accum") or "1"
     return append_token(job, reply)
 
 
@@ -290,6 +296,8 @@ def append_token(job, reply):
                                                        reply.get("slowdown", "1.00"), reply.get("class", "unknown"))
     if reply.get("gpulist"):
         token += " gpus=" + reply["gpulist"]
+    if reply.get("micro_batch"):
+        token += " micro_batch=%s grad_accum=%s" % (reply["micro_batch"], reply.get("grad_accum") or "1")
     return _add_token(job, token)
 
 

@@ -76,7 +76,8 @@ class Mover:
             if move in failed:
                 continue
             kept, reply = move.kept, move.reply
-            token = format_token(reply.id, reply.mode, reply.job_class, reply.slowdown, reply.gpulist)
+            token = format_token(reply.id, reply.mode, reply.job_class, reply.slowdown, reply.gpulist,
+                                 reply.micro_batch, reply.grad_accum)
             try:
                 update_job(kept.job_id, {"AdminComment": replace_token(kept.admin_comment, kept.decision_id, token)},
                            slurm_conf=self.slurm_conf, timeout=self.timeout_s)

@@ -13,7 +13,8 @@ Request (client -> horusd); every field optional except ``op``::
      "job_class": "resnet50-bs64", "gpus_per_node": 1, "num_nodes": 1,
      "tres_per_node": "gres:gpu:2", "tres_per_job": "", "tres_per_task": "", "num_tasks": 1,
      "time_limit_min": 60, "hints": {"HORUS_MODEL": "resnet50", "HORUS_BATCH_SIZE": "64"},
-     "reply": "kv", "keep": true, "held": false, "explain": false, "dry_run": false}
+     "reply": "kv", "keep": true, "held": false, "explain": false, "dry_run": false,
+     "give_up_at": 1795000000.25}
 
 ``op`` is ``place`` (decide and record), ``confirm`` (is decision ``id`` ours and the caller's?),
 ``claim`` (job_submit.lua took offer ``id``: a notification, nothing is answered), ``left``
@@ -21,7 +22,9 @@ Request (client -> horusd); every field optional except ``op``::
 ``reload``. ``gpus_per_node``/``num_nodes`` are the counts job_submit.lua read; other clients may
 send the TRES strings instead. ``keep``: the client can keep the job for horusd's queue
 (job_submit.lua); ``held``: the job is held by its user (``sbatch -H``). ``reply: "kv"`` asks for
-the key=value form. ``dry_run`` decides without recording (horus-sbatch --dry-run / --explain).
+the key=value form. ``give_up_at``: when the client stops waiting (wall-clock seconds); a request
+horusd reads later is answered ``expired: past its deadline`` and nothing is decided or recorded
+(the job went to Slurm unchanged). ``dry_run`` decides without recording (horus-sbatch --dry-run / --explain).
 On the user socket horusd sets ``uid`` and ``user`` itself, from the peer's credentials, and
 answers only ``place`` (for the caller), ``confirm`` and ``ping``; ``claim`` and ``reload`` are
 controller-socket only.
@@ -394,6 +397,8 @@ def ask(request, address, timeout_s=0.1):
     receive together.
     """
     deadline = time.monotonic() + timeout_s
+    if "give_up_at" not in request:  # horusd decides nothing once the caller has stopped waiting
+        request = dict(request, give_up_at=time.time() + timeout_s)
     try:
         sock = _connect(address, timeout_s)
     except (OSError, ValueError):

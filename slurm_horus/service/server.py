@@ -123,6 +123,17 @@ def _peer_gone(sock):
         return True
 
 
+def past_deadline(message, now=None):
+    """Seconds by which a request is read after its client's ``give_up_at`` (wall-clock seconds,
+    the time job_submit.lua or horus-sbatch stops waiting for the answer); None when it is not
+    late or names no deadline. A client can only make its own request expire sooner."""
+    give_up_at = message.get("give_up_at")
+    if isinstance(give_up_at, bool) or not isinstance(give_up_at, (int, float)) or give_up_at != give_up_at:
+        return None
+    late = (time.time() if now is None else now) - give_up_at
+    return late if late > 0 else None
+
+
 class _Client:
     """One client connection: its socket, who it is, the bytes of a line not complete yet."""
 
@@ -265,12 +276,20 @@ class Frontend:
         if isinstance(op, str) and op in SLOW_OPS:
             self._hand_to_worker(client, message)
             return False
-        if op not in ("claim", "left") and _peer_gone(client.sock):
-            # the submitter gave up (job_submit.lua closes after its deadline): deciding now would
-            # hold GPUs for a job that went to Slurm unchanged. A claim is a fact: it still counts.
-            self.expired += 1
-            log.info("horus: request op=%s of uid %s expired: its client had gone", op, client.uid)
-            return False
+        if op not in ("claim", "left"):
+            # the submitter gave up (job_submit.lua closes after its deadline, and says when it stops
+            # waiting in give_up_at): deciding now would hold GPUs for a job that went to Slurm
+            # unchanged. A claim is a fact: it still counts.
+            if _peer_gone(client.sock):
+                self.expired += 1
+                log.info("horus: request op=%s of uid %s expired: its client had gone", op, client.uid)
+                return False
+            late = past_deadline(message)
+            if late is not None:
+                self.expired += 1
+                log.info("horus: request op=%s of uid %s expired: read %.0f ms past its deadline",
+                         op, client.uid, late * 1000)
+                return self._send(client, self._reply_bytes({"ok": False, "error": "expired: past its deadline"}, kv))
         try:
             reply = self.decide(message)
         except Exception as exc:  # the service must answer, whatever went wrong

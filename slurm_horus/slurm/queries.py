@@ -12,9 +12,12 @@ def sinfo(slurm_conf=None, timeout=10.0):
     return parse_sinfo(run_slurm(["sinfo", "--json"], slurm_conf=slurm_conf, timeout=timeout).stdout)
 
 
-def squeue(slurm_conf=None, timeout=10.0):
-    """[QueueJob] of the jobs slurmctld lists (pending, running, completing)."""
-    return parse_squeue(run_slurm(["squeue", "--json"], slurm_conf=slurm_conf, timeout=timeout).stdout)
+def squeue(slurm_conf=None, timeout=10.0, job_ids=None):
+    """[QueueJob] of the jobs slurmctld lists (pending, running, completing); only ``job_ids`` when given."""
+    argv = ["squeue", "--json"]
+    if job_ids:
+        argv += ["--jobs", ",".join(str(j) for j in job_ids)]
+    return parse_squeue(run_slurm(argv, slurm_conf=slurm_conf, timeout=timeout).stdout)
 
 
 def sacct(job_ids=None, slurm_conf=None, all_users=True, extra_args=(), timeout=30.0):
