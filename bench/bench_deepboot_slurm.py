@@ -129,7 +129,8 @@ def reclaim_by_shrink(cluster):
     job = cluster.sbatch(["-p", "train-lend", "-N2", "--gres=gpu:2", "--export=ALL,EPOCHS=40,EPOCH_S=0.3"],
                          SHRINKABLE.read_text())
     wait(lambda: states(cluster, [job]).get(job, ["?"])[0] == "RUNNING", 60)
-    time.sleep(2)
+    out_file = cluster.root / "jobs" / f"slurm-{job}.out"  # its first step runs on both nodes
+    wait(lambda: out_file.exists() and "epoch 0 on n[1-2]" in out_file.read_text(), 30)
     t0 = time.monotonic()
     shrink = cluster.run(["scontrol", "update", f"JobId={job}", "NodeList=n1"], check=False)
     inference = cluster.sbatch(["-p", "infer", "--gres=gpu:2"], "#!/bin/sh\nsleep 1\n")

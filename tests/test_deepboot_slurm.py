@@ -1,6 +1,7 @@
 """DeepBoot on real Slurm (hpc_configs/slurm.conf.deepboot on the local cluster): a training job
 borrows idle inference GPUs, an inference burst takes them back within seconds through Slurm's
 preemption, and the borrower checkpoints, is requeued and resumes (hpc_configs/deepboot-train-example.sh);
+the borrower Slurm preempts is the one horusd's reclaim chose (the scheduling cycle's, as in the simulator);
 a multi-node borrower can instead be shrunk off the inference node without a restart (22.05)."""
 
 import re
@@ -101,7 +102,10 @@ def test_a_multi_node_borrower_is_shrunk_off_the_inference_node_without_a_restar
     job = cluster.sbatch(["-p", "train-lend", "-N2", "--gres=gpu:2", "--comment=class=resnet50-bs64",
                           "--export=ALL,EPOCHS=30,EPOCH_S=0.3"], SHRINKABLE.read_text())
     wait_for(lambda: state_of(cluster, job) == "RUNNING", 30, "the two-node job to start")
-    time.sleep(2)
+    # its first step runs on both nodes (on a loaded machine srun may take seconds to get there)
+    out_file = cluster.root / "jobs" / f"slurm-{job}.out"
+    wait_for(lambda: out_file.exists() and "epoch 0 on n[1-2]" in out_file.read_text(), 30,
+             "the first epoch on both nodes")
     shrink = cluster.run(["scontrol", "update", f"JobId={job}", "NodeList=n1"], check=False)
     assert shrink.returncode == 0, shrink.stderr
     assert squeue_rows(cluster, [job])[job][2] == "n1"
@@ -134,3 +138,33 @@ def test_doctor_checks_the_deepboot_partitions(deepboot_cluster, tmp_path):
     bad = doctor(broken / "slurm.conf")
     for expected in ("PreemptType=preempt/none", "partition infer-lend: PreemptMode=CANCEL", "no GraceTime"):
         assert expected in bad, bad
+
+
+def test_slurm_preempts_the_borrower_horusd_reclaims_not_its_own_pick(deepboot_cluster):
+    """Two borrowers on the inference node, the older one at a lower job priority: Slurm on its own
+    preempts that one (lowest priority first; bench/bench_deepboot_slurm.py measures it). horusd
+    reclaims through the scheduling cycle's step (DeepBoot: the most recently started borrower) and
+    pins the inference job to its GPU: Slurm preempts exactly that job, which requeues itself."""
+    cluster = deepboot_cluster
+    borrowers = []
+    for nice in (100, 0):
+        borrowers.append(cluster.sbatch(["-p", "infer-lend", "--requeue", "--open-mode=append", "--gres=gpu:1",
+                                         f"--nice={nice}", "--comment=class=resnet50-bs64",
+                                         "--export=ALL,STEPS=600,STEP_S=0.1"], EXAMPLE.read_text()))
+        wait_for(lambda: state_of(cluster, borrowers[-1]) == "RUNNING", 30, "a borrower to start")
+        time.sleep(1.5)  # distinct start times (Slurm's are in seconds)
+    older, younger = borrowers
+    # how fast is the first test's and the benchmark's business; this one is about which job goes
+    inference = cluster.sbatch(["-p", "infer", "--gres=gpu:1", "--comment=class=lm-bs20"], "#!/bin/sh\nsleep 1\n")
+    wait_for(lambda: state_of(cluster, inference) in ("RUNNING", "COMPLETED"), 30, "the inference job")
+    assert re.search(rf"horus: reclaim: partition infer takes the GPUs of {younger}\b",
+                     (cluster.root / "log" / "horusd.log").read_text())
+    try:
+        wait_for(lambda: "requeued itself" in cluster.job_output(younger), 60, "the younger borrower to requeue itself")
+    except AssertionError:
+        raise AssertionError((squeue_rows(cluster, [*borrowers, inference]), cluster.job_output(younger),
+                              (cluster.root / "log" / "slurmctld.log").read_text()[-2500:])) from None
+    assert state_of(cluster, older) == "RUNNING" and "checkpoint step=" not in cluster.job_output(older)
+    cluster.run(["scancel", str(older), str(younger)])
+    wait_for(lambda: all(state_of(cluster, b) not in ("RUNNING", "PENDING", "COMPLETING") for b in borrowers), 30,
+             "the borrowers to end")
