@@ -591,6 +591,9 @@ def test_deepboot_reclaim_in_horusd_is_the_simulator_cycles_decision():
     placer = deepboot_placer(clock)
     dry = ask(placer, "lm-bs20", partition="infer", dry_run=True)
     assert dry["action"] == "unchanged" and set(placer.state.jobs) == {"1", "2", "10", "11"}  # nothing taken
+    other = deepboot_placer(clock)  # the user socket is not trusted to take jobs off the state
+    assert ask(other, "lm-bs20", partition="infer", peer="user", uid=1000)["action"] == "unchanged"
+    assert set(other.state.jobs) == {"1", "2", "10", "11"}
     reply = ask(placer, "lm-bs20", partition="infer")
     assert reply["nodes"] == ["n2"] and "gres:gpu:g1:1" in reply["tres"]  # the GPU of job 2
     assert "2" not in placer.state.jobs and "1" in placer.state.jobs and "reclaimed the GPUs of job 2" in reply["reason"]

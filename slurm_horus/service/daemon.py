@@ -229,8 +229,10 @@ class Placer:
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=request.explain)
-            if not decision.placed and request.records and not keeping and may_reclaim(self.policy) and \
-                    self.preemption.may_preempt(request.partition):
+            # only for job_submit.lua (slurmctld): a request on the user socket is not trusted to take
+            # other jobs off the state
+            if not decision.placed and request.records and not request.from_user and not keeping and \
+                    may_reclaim(self.policy) and self.preemption.may_preempt(request.partition):
                 decision = self._reclaim(state, req, ctx, decision, request.explain)
             if not decision.placed:
                 if keeping:
