@@ -116,8 +116,28 @@ function horus.count_gpus(tres)
   return total, gpu_type
 end
 
+-- Count untyped shards in a TRES string ("gres:shard:3", "gres/shard=3"); a typed shard
+-- ("gres:shard:g2:3") names its GPU already and is not counted.
+function horus.count_shards(tres)
+  if tres == nil or tres == "" then return 0 end
+  local total = 0
+  for item in string.gmatch(tres, "[^,]+") do
+    item = string.gsub(trim(item), "^gres[:/]", "")
+    local name, rest = string.match(item, "^(%w+)[:=]?(.*)$")
+    if name == "shard" then
+      if rest == "" then
+        total = total + 1
+      elseif string.match(rest, "^%d+$") then
+        total = total + tonumber(rest)
+      end
+    end
+  end
+  return total
+end
+
 -- What the job asks for, in every form Slurm accepts. Returns nil when the job wants no GPU,
--- else {gpus_per_node=, nodes=, form=, gpu_type=}.
+-- else {gpus_per_node=, nodes=, form=, gpu_type=} (and shards= for --gres=shard:N on one node:
+-- N shards of one GPU, placed by horusd on one GPU's free shards).
 function horus.gpu_request(job)
   local nodes = is_set_number(job.min_nodes) and job.min_nodes or 1
   if nodes < 1 then nodes = 1 end
@@ -136,6 +156,10 @@ function horus.gpu_request(job)
     local tasks = is_set_number(job.num_tasks) and job.num_tasks or 1
     if tasks % nodes ~= 0 then return nil, "tasks not divisible by nodes" end
     return { gpus_per_node = per_task * tasks / nodes, nodes = nodes, form = "tres_per_task" }
+  end
+  local shards = horus.count_shards(job.tres_per_node)
+  if shards > 0 and nodes == 1 then
+    return { gpus_per_node = 1, nodes = 1, form = "tres_per_node", shards = shards }
   end
   return nil
 end
@@ -258,7 +282,7 @@ end
 -- (twin: lua_twin.offer_fits).
 function horus.offer_fits(job, request, conf)
   return conf.offers == true and request.gpus_per_node == 1 and request.nodes == 1 and request.gpu_type == nil
-    and (job.partition == nil or job.partition == "")
+    and request.shards == nil and (job.partition == nil or job.partition == "")
 end
 
 -- horusd publishes, beside its socket, where a 1-GPU job of each class would go now:
@@ -321,10 +345,13 @@ function horus.build_request(job, submit_uid, request, env, give_up_at)
     num_nodes = request.nodes,
     gpus_per_node = request.gpus_per_node,
     gpu_type = request.gpu_type,
+    shards = request.shards,
     time_limit_min = is_set_number(job.time_limit) and job.time_limit or nil,
     exc_nodes = job.exc_nodes,
     hints = hints,
-    keep = true, -- this script can keep the job for horusd's queue (horus.keep)
+    -- this script can keep the job for horusd's queue (horus.keep); not a shard:N job, whose
+    -- kept shape (gres:shard:1) would change what it asks
+    keep = request.shards == nil,
     held = job.priority == 0, -- sbatch -H: it waits for its user, not for GPUs
     give_up_at = give_up_at,
   }

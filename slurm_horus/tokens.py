@@ -3,7 +3,7 @@
 job_submit.lua appends, separated by a space (never overwriting: jobstats keeps its ``JS1:``
 summary there)::
 
-    horus:<decision id> mode=<shared|shareable|exclusive> slowdown=<predicted> class=<job class> [gpus=<node>:<i>+<j>,...]
+    horus:<decision id> mode=<shared|shareable|exclusive|fraction> slowdown=<predicted> class=<job class> [gpus=<node>:<i>+<j>,...]
 
 ``gpus=`` is there for shard jobs, whose GPU index sacct does not record. A job horusd keeps for its
 queue carries ``horus:<decision id> mode=kept class=<job class>`` until horusd places it, and then
@@ -17,6 +17,7 @@ import re
 
 _TOKEN = re.compile(r"(?:^|[\s,])horus:(\S*)")
 KEPT_MODE = "kept"
+FRACTION_MODE = "fraction"  # a job asking shards, placed on one GPU by capacity (issue 21)
 
 
 def format_token(decision_id, mode, job_class, slowdown=None, gpulist="", micro_batch=None, grad_accum=None):

@@ -17,6 +17,8 @@ from slurm_horus.slurm.gres import parse_gres
 from slurm_horus.slurm.parse import NodeInfo, QueueJob
 from slurm_horus.slurm.partitions import Preemption
 
+from shard_packing import packing_by_the_simulators_cycle
+
 MODEL = build_model("chain")
 
 
@@ -173,7 +175,8 @@ def test_dry_run_records_nothing():
 def test_no_gpu_request_is_left_alone():
     placer = make_placer()
     assert ask(placer, gpus=0)["action"] == "unchanged"
-    assert place(placer, {"op": "place", "tres_per_node": "gres:shard:1"})["action"] == "unchanged"
+    assert place(placer, {"op": "place", "tres_per_node": "gres:shard:g1:1"})["action"] == "unchanged"  # typed: pinned
+    assert place(placer, {"op": "place", "tres_per_node": "gres:mps:50"})["action"] == "unchanged"
     assert place(placer, {"op": "place", "tres_per_job": "gres:gpu:2", "job_class": "lm-bs20"})["action"] == "place"
     assert place(placer, {"op": "place", "tres_per_job": "gres/gpu=4", "num_nodes": 2, "job_class": "lm-bs20"})[
         "gpus"].keys() == {"n1", "n2"}
@@ -600,3 +603,29 @@ def test_deepboot_reclaim_in_horusd_is_the_simulator_cycles_decision():
     # training asks for no reclaim: it waits (or is left to Slurm)
     assert ask(placer, "resnet50-bs64", partition="train")["action"] != "place"
     assert {"1", "10", "11"} <= set(placer.state.jobs) and "2" not in placer.state.jobs
+
+
+@pytest.mark.parametrize("policy", ["horus", "fgd"])
+def test_shard_requests_are_placed_on_one_gpus_free_shards_as_the_simulator_says(policy):
+    """--gres=shard:3 of 8-shard GPUs: each job gets 3 shards of one GPU (gres:shard:gK:3), never
+    more than 8 on a GPU, exactly where the simulator's scheduling cycle puts the same requests."""
+    eight = [NodeInfo(name=n, state="idle", state_flags=(), cpus=8, alloc_cpus=0, real_memory=4000,
+                      alloc_memory=0, partitions=("gpu",), gres=parse_gres(
+                          ",".join(f"gpu:g{i}:1" for i in range(4)) + ",shard:32"), gres_used=[])
+             for n in ("n1", "n2")]
+    placer = make_placer(policy=policy, nodes=eight)
+    got = []
+    for _ in range(8):
+        reply = place(placer, {"op": "place", "tres_per_node": "gres:shard:3", "partition": "gpu"})
+        assert reply["action"] == "place" and reply["mode"] == "fraction", reply
+        node = reply["nodes"][0] if isinstance(reply["nodes"], list) else reply["nodes"]
+        (index,) = reply["gpus"][node]
+        assert reply["tres"] == f"gres:shard:g{index}:3"
+        got.append((node, index))
+    assert got == packing_by_the_simulators_cycle(policy, [3] * 8, lambda kind: MODEL)
+    assert max(got.count(g) for g in set(got)) * 3 <= 8  # never over a GPU's 8 shards
+    # a ninth job that fits nowhere whole... fits: 2 x 3 of 8 leaves 2 per GPU; shard:3 now fails open
+    for _ in range(16 - len(got)):
+        place(placer, {"op": "place", "tres_per_node": "gres:shard:3", "partition": "gpu"})
+    reply = place(placer, {"op": "place", "tres_per_node": "gres:shard:3", "partition": "gpu"})
+    assert reply["action"] == "unchanged"  # no GPU has 3 shards left: left to Slurm, never kept

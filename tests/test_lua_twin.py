@@ -249,6 +249,36 @@ def test_build_request_is_json_with_the_request(lua):
     assert timed["give_up_at"] == 1795000000.25
 
 
+def test_a_shard_job_is_sent_with_its_shards_and_never_kept(lua):
+    """--gres=shard:3 is 3 shards of one GPU: horusd places it by capacity; the Lua never keeps it
+    (the movable kept shape gres:shard:1 would change what it asks), and it takes no offer."""
+    horus = lua.globals().HORUS
+    job = {"tres_per_node": "gres:shard:3", "user_name": "alice", "min_nodes": NO_VAL}
+    ok, request = lua_twin.should_handle(job, lua_twin.parse_config(""))
+    assert ok and request["shards"] == 3 and request["gpus_per_node"] == 1
+    message = json.loads(horus.build_request(to_lua(lua, job), 1000, to_lua(lua, request)))
+    assert message["shards"] == 3 and message["gpus_per_node"] == 1 and message["keep"] is False
+    from slurm_horus.service.protocol import parse_request
+    assert parse_request(message).shards == 3 and not parse_request(message).problem
+    conf = lua_twin.parse_config("")
+    assert not lua_twin.offer_fits(job, request, conf)
+    assert not horus.offer_fits(to_lua(lua, job), to_lua(lua, request), horus.parse_config(""))
+    # typed shards name their GPU already, several nodes cannot hold one GPU's shards: left to Slurm
+    for other in ({"tres_per_node": "gres:shard:g2:3"}, {"tres_per_node": "gres:shard:3", "min_nodes": 2}):
+        assert lua_twin.gpu_request(other) == (None, None)
+        assert pair(horus.gpu_request(to_lua(lua, other))) == (None, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.builds(lambda n: f"gres:shard:{n}", st.integers(0, 9)),
+                          st.builds(lambda n: f"gres/shard={n}", st.integers(0, 9)),
+                          st.sampled_from(["shard", "gres:shard:g1:2", "gres:gpu:1", "shard:x", "shard:"]),
+                          st.text(alphabet="shardgpu:/=,0123456789 ", max_size=16)), max_size=3).map(",".join))
+def test_count_shards_twin_property(lua, tres):
+    from slurm_horus.service.protocol import shard_count
+    assert lua.globals().HORUS.count_shards(tres) == lua_twin.count_shards(tres) == shard_count(tres)
+
+
 def test_encode_kv_reply_round_trips_through_lua(lua):
     horus = lua.globals().HORUS
     from slurm_horus.service.protocol import encode_kv
@@ -313,6 +343,10 @@ def test_horusd_reads_gpu_counts_as_the_lua_does(lua, tres, field, nodes, tasks)
         assert counts is None or counts[0] == 0
     else:
         lua_request = from_lua(lua_request)
+        if lua_request.get("shards"):  # --gres=shard:N on one node: N shards of one GPU
+            from slurm_horus.service.protocol import shard_count
+            assert counts[0] == 0 and shard_count(job.get("tres_per_node")) == lua_request["shards"]
+            return
         assert counts == (lua_request["gpus_per_node"], lua_request["nodes"], lua_request.get("gpu_type"))
 
 

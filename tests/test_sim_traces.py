@@ -117,12 +117,18 @@ def test_alibaba_pods(tmp_path):
                  "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
                  "scheduled_time\n"
                  "p1,1000,100,1,500,,LS,Running,100,400,110\n"
-                 "p2,1000,100,0,0,,BE,Running,100,200,100\n"
-                 "p3,1000,100,2,1000,,LS,Running,150,350,150\n")
+                 "p2,2000,300,0,0,,BE,Running,100,200,100\n"
+                 "p3,1000,100,2,1000,V100M16|V100M32,LS,Running,150,350,150\n")
     jobs = read_trace(path)
     assert guess_format(path) == "alibaba"
-    assert [(j.job_id, j.submit_time, j.duration, j.num_gpus, j.gpu_fraction) for j in jobs] == [
-        ("p1", 0.0, 290.0, 1, 0.5), ("p3", 50.0, 200.0, 2, 1.0)]
+    # CPU-only pods are kept (they take CPUs that GPU requests need: FGD's fragmentation counts them)
+    assert [(j.job_id, j.submit_time, j.duration, j.num_gpus, j.gpu_fraction, j.gpu_milli, j.cpu_milli,
+             j.memory_mib, j.gpu_types) for j in jobs] == [
+        ("p1", 0.0, 290.0, 1, 0.5, 500, 1000.0, 100.0, ()), ("p2", 0.0, 100.0, 0, 1.0, 0, 2000.0, 300.0, ()),
+        ("p3", 50.0, 200.0, 2, 1.0, 1000, 1000.0, 100.0, ("v100m16", "v100m32"))]
+    over = write(tmp_path, "over.csv", "name,num_gpu,gpu_milli,creation_time,deletion_time\np,1,1500,0,5\n")
+    with pytest.raises(InputError, match="over.csv:2: gpu_milli=1500 is more than one GPU"):
+        read_trace(over, "alibaba")
     bad = write(tmp_path, "bad.csv", "name,num_gpu,gpu_milli,creation_time,deletion_time\np,1,1000,100,50\n")
     with pytest.raises(InputError, match="bad.csv:2: deletion_time"):
         read_trace(bad, "alibaba")

@@ -41,12 +41,14 @@ def local_cluster():
 @click.option("--job-submit-lua", type=click.Path(exists=True, dir_okay=False),
               help="job_submit.lua to install instead of the shipped one")
 @click.option("--base-port", type=click.IntRange(1024, 65000), help="try ports from here upwards (default: random)")
+@click.option("--shards-per-gpu", default=2, show_default=True, type=click.IntRange(1, 128),
+              help="gres.conf Count= of each GPU's shard line")
 @click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
-def up(directory, nodes, gpus, with_dbd, horus, binding, policy, job_submit_lua, base_port, as_json):
+def up(directory, nodes, gpus, with_dbd, horus, binding, policy, job_submit_lua, base_port, shards_per_gpu, as_json):
     """Start the cluster; its daemons keep running after this command exits."""
     cluster = LocalCluster(directory=directory, nodes=nodes, gpus=gpus, with_dbd=with_dbd,
                            job_submit_lua=job_submit_lua, base_port=base_port, horus=horus,
-                           horus_settings={"binding": binding, "policy": policy})
+                           horus_settings={"binding": binding, "policy": policy}, shards_per_gpu=shards_per_gpu)
     cluster.up()
     if as_json:
         click.echo(json.dumps(cluster.status(), indent=2))

@@ -141,7 +141,7 @@ class LocalCluster:
     def __init__(self, directory=None, nodes=DEFAULT_NODES, gpus=DEFAULT_GPUS, with_dbd=False,
                  job_submit_lua=None, cluster_name=DEFAULT_CLUSTER_NAME, base_port=None,
                  use_golden_db=True, horus=False, horus_settings=None, job_submit_plugin=True,
-                 partitions=None, extra_conf=(), cred_expire=None):
+                 partitions=None, extra_conf=(), cred_expire=None, shards_per_gpu=files.SHARDS_PER_GPU):
         if nodes < 1 or gpus < 1:
             raise InputError("a local cluster needs at least 1 node and 1 GPU per node")
         self.temporary = directory is None
@@ -160,6 +160,7 @@ class LocalCluster:
         self.partitions = partitions  # PartitionName= lines (default: "debug" over all nodes)
         self.extra_conf = list(extra_conf)  # more slurm.conf lines (e.g. preemption)
         self.cred_expire = cred_expire  # seconds; also the wait of a requeued job (Slurm's default 120)
+        self.shards_per_gpu = int(shards_per_gpu)  # gres.conf Count= of each GPU's shard line
         self.layout = ClusterLayout(directory) if directory is not None else None
         self.ports = {}
         self.daemons = []  # [{"name", "pid"}], in start order
@@ -366,8 +367,8 @@ class LocalCluster:
         layout.slurm_conf.write_text(files.slurm_conf(
             layout, self.ports, self.nodes, self.gpus, self.cluster_name, self.with_dbd,
             job_submit_plugin=self.job_submit_plugin, partitions=self.partitions, extra_lines=self.extra_conf,
-            cred_expire=self.cred_expire))
-        (layout.etc / "gres.conf").write_text(files.gres_conf(layout, self.nodes, self.gpus))
+            cred_expire=self.cred_expire, shards_per_gpu=self.shards_per_gpu))
+        (layout.etc / "gres.conf").write_text(files.gres_conf(layout, self.nodes, self.gpus, self.shards_per_gpu))
         if self.with_dbd:
             dbd_conf = layout.etc / "slurmdbd.conf"
             dbd_conf.write_text(files.slurmdbd_conf(layout, self.ports))

@@ -28,10 +28,10 @@ def accounting_tres(gpus):
 
 
 def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_plugin=True, partitions=None,
-               extra_lines=(), cred_expire=None):
+               extra_lines=(), cred_expire=None, shards_per_gpu=SHARDS_PER_GPU):
     """slurm.conf text. ``layout`` is a ClusterLayout, ``ports`` a dict of port numbers."""
     d = layout
-    node_gres = ",".join([f"gpu:{t}:1" for t in gpu_types(gpus)] + [f"shard:{SHARDS_PER_GPU * gpus}"])
+    node_gres = ",".join([f"gpu:{t}:1" for t in gpu_types(gpus)] + [f"shard:{shards_per_gpu * gpus}"])
     lines = [
         f"ClusterName={cluster_name}",
         "SlurmctldHost=localhost",
@@ -113,14 +113,14 @@ def deepboot_conf(train_nodes, infer_nodes, grace_s=10):
     return partitions, ["PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE"]
 
 
-def gres_conf(layout, nodes, gpus):
+def gres_conf(layout, nodes, gpus, shards_per_gpu=SHARDS_PER_GPU):
     """gres.conf: one typed gpu line and one shard line per fake GPU (``%n`` does not work in File=)."""
     lines = ["AutoDetect=off"]
     for name in node_names(nodes):
         for k, gpu_type in enumerate(gpu_types(gpus)):
             lines.append(f"NodeName={name} Name=gpu Type={gpu_type} File={layout.gpu_device(name, k)}")
         for k in range(gpus):
-            lines.append(f"NodeName={name} Name=shard Count={SHARDS_PER_GPU} File={layout.gpu_device(name, k)}")
+            lines.append(f"NodeName={name} Name=shard Count={shards_per_gpu} File={layout.gpu_device(name, k)}")
     return "\n".join(lines) + "\n"
 
 

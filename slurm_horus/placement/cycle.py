@@ -108,6 +108,8 @@ def has_room(state: ClusterState, policy: Policy) -> bool:
     """Whether any job could start now: a free GPU, or (sharing policies) a GPU with a free slot."""
     if state.n_free > 0:
         return True
+    if ((state.gpu_nplain == 0) & (state.gpu_used > 0) & (state.gpu_used < state.gpu_cap)).any():
+        return True  # a fraction of a GPU is left
     return policy.share and bool((state.gpu_njobs < min(state.max_jobs_per_gpu, policy.max_jobs_per_gpu)).any())
 
 
@@ -189,9 +191,10 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
             break
         if req.job_id not in queue:
             continue  # a reclaim or the caller took it out meanwhile
-        if not policy.share and req.n_gpus > state.n_free and not reclaiming:
+        if not policy.share and req.gpu_units == 0 and req.n_gpus > state.n_free and not reclaiming:
             continue
         shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.mem_mb, req.exclusive,
+                 req.gpu_units, req.cpu_milli, req.memory_mib, req.gpu_type, req.gpu_types,
                  req.expected_duration() if with_duration else 0.0)
         if shape in failed:
             continue

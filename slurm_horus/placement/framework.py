@@ -121,21 +121,52 @@ class Policy:
                     mask |= pm
         else:
             mask = np.ones(state.n_gpus, dtype=bool)
-        if req.gpu_type:
-            if req.gpu_type not in state.gpu_types:
+        types = (req.gpu_type,) if req.gpu_type else req.gpu_types
+        if types:
+            ids = [state.gpu_types.index(t) for t in types if t in state.gpu_types]
+            if not ids:
                 return np.zeros(state.n_gpus, dtype=bool)
-            mask &= state.gpu_type_id == state.gpu_types.index(req.gpu_type)
-        ok = njobs == 0
+            mask &= np.isin(state.gpu_type_id, ids)
+        if req.cpu_milli > 0 or req.memory_mib > 0:
+            mask &= state.node_room(req.cpu_milli, req.memory_mib)[state.gpu_node]
+        if req.gpu_units > 0:
+            # a fraction of one GPU: enough units left, whatever the policy (capacity is the rule)
+            ok = (state.gpu_left() >= req.gpu_units) & ~state.gpu_exclusive
+        else:
+            ok = njobs == 0
         if req.mem_mb > 0:
             ok &= state.gpu_mem_total >= req.mem_mb
-        if self.share and not req.exclusive:
+        if self.share and not req.exclusive and req.gpu_units == 0:
             limit = min(state.max_jobs_per_gpu, self.max_jobs_per_gpu)
             if limit > 1:
-                shareable = (njobs > 0) & (njobs < limit) & ~state.gpu_exclusive
+                # time sharing (the interference model) never joins a GPU that fractional jobs hold
+                shareable = (njobs > 0) & (njobs < limit) & ~state.gpu_exclusive & (state.gpu_used == 0)
                 if req.mem_mb > 0:
                     shareable &= state.gpu_mem_used + req.mem_mb <= state.gpu_mem_total
                 ok |= shareable
         return mask & ok
+
+    def node_mask(self, state: ClusterState, req: JobRequest) -> np.ndarray:
+        """Nodes a CPU-only job may use: partition, CPUs and host memory."""
+        parts = self.partitions_of(req)
+        ok = state.node_room(req.cpu_milli, req.memory_mib)
+        if parts:
+            ok &= np.array([bool(set(parts) & set(node.partitions)) for node in state.nodes], dtype=bool)
+        return ok
+
+    def score_cpu_nodes(self, state: ClusterState, req: JobRequest, nodes: np.ndarray) -> np.ndarray:
+        """Higher is better, one per candidate node of a CPU-only job; the default is first fit."""
+        return np.zeros(len(nodes))
+
+    def _decide_cpu_only(self, state: ClusterState, req: JobRequest) -> Decision:
+        nodes = np.flatnonzero(self.node_mask(state, req))
+        if len(nodes) == 0:
+            return Decision(req.job_id, False, self.name, reason="no node has the CPUs and memory asked")
+        score = self.score_cpu_nodes(state, req, nodes)
+        best = int(nodes[int(np.argmax(score))])
+        name = state.nodes[best].name
+        return Decision(req.job_id, True, self.name, nodes=[name], gpus={name: []}, reason="CPU only",
+                        n_feasible=len(nodes), cpu_node=best)
 
     def _fill_predictions(self, cycle: Cycle):
         state, idx = cycle.state, cycle.idx
@@ -227,6 +258,8 @@ class Policy:
         for table in self.pair_tables():
             table.bind(state.classes)
         ctx = ctx or SchedulingContext()
+        if req.n_gpus == 0:
+            return self._decide_cpu_only(state, req)
         cycle = Cycle(state, req, ctx, state.classes.id(req.job_class))
         mask = self.filter_gpus(cycle)
         cycle.idx = np.flatnonzero(mask)
@@ -286,7 +319,9 @@ class Policy:
         tput = decision.predicted_norm_tput if decision.predicted_norm_tput > 0 else 1.0
         return RunningJob(req.job_id, req.job_class, decision.gpu_ids, now,
                           now + req.expected_duration() / tput, exclusive=req.exclusive,
-                          mem_mb=req.mem_mb, user=req.user, partition=req.partition)
+                          mem_mb=req.mem_mb, user=req.user, partition=req.partition,
+                          gpu_units=req.gpu_units, cpu_milli=req.cpu_milli, memory_mib=req.memory_mib,
+                          node=decision.cpu_node)
 
 
 class SJFMixin:

@@ -25,6 +25,12 @@ class JobRequest:
     application: str = ""  # what it runs (DeepBoot: an inference pod kept warm serves one application)
     elastic: Optional[ElasticSpec] = None  # resizable: the scheduler picks its replica count
     gpu_type: str = ""  # "" = any; else only GPUs of this type (the user asked for it)
+    # fractional GPU (issue 21): units of one GPU's capacity (milli-GPU in the simulator, shards on a
+    # live shard cluster); 0 = not a fraction (whole GPUs, or the interference model's sharing)
+    gpu_units: int = 0
+    cpu_milli: float = 0.0  # per node; 0 = not checked
+    memory_mib: float = 0.0  # host memory per node; 0 = not checked
+    gpu_types: Tuple[str, ...] = ()  # any of these GPU types (Alibaba's gpu_spec ``V100M16|V100M32``)
 
     @property
     def n_gpus(self) -> int:
@@ -73,6 +79,7 @@ class Decision:
     micro_batch: int = 0
     grad_accum: int = 1
     n_feasible: int = 0  # GPUs that passed the filter (``candidates`` lists the best of them)
+    cpu_node: int = -1  # a CPU-only job's node id in the ClusterState
 
     @property
     def exclusive(self) -> bool:

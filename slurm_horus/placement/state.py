@@ -13,6 +13,8 @@ import numpy as np
 
 from .elastic import ElasticSpec
 
+GPU_MILLI = 1000  # capacity units of a GPU unless told (milli-GPU, FGD's unit)
+
 
 class ClassIndex:
     """Job class names <-> small integer ids (ids grow as new classes are seen)."""
@@ -55,6 +57,13 @@ class RunningJob:
     # other jobs until ``protect_until``, then asleep (anyone may take the GPU)
     pod_app: str = ""
     protect_until: float = 0.0
+    # fractional GPUs (issue 21): units of each GPU's capacity this job holds (a GPU has ``gpu_cap``
+    # units: 1000 milli-GPU in the simulator, its shard count on a live shard cluster); 0 = none
+    # counted (an exclusive job fills its GPUs, an interference-shared job is a "time-shared" resident)
+    gpu_units: int = 0
+    cpu_milli: float = 0.0  # per node
+    memory_mib: float = 0.0  # host memory, per node
+    node: int = -1  # a CPU-only job's node (GPU jobs: the nodes of their GPUs)
 
 
 @dataclass
@@ -64,6 +73,8 @@ class NodeInfo:
     first_gpu: int
     n_gpus: int
     partitions: Tuple[str, ...]
+    cpu_milli: float = 0.0  # 0: unknown (not checked)
+    memory_mib: float = 0.0
 
 
 class ClusterState:
@@ -83,14 +94,18 @@ class ClusterState:
         self.jobs: Dict[str, RunningJob] = {}
         self.pod_ids: set = set()  # jobs that are idle inference pods (``RunningJob.pod_app``)
         self._gpu_lists = {k: [] for k in ("node", "index", "type", "mem", "group")}
+        self._gpu_lists = {k: [] for k in ("node", "index", "type", "mem", "group", "cap")}
         self._node_partitions: List[Tuple[str, ...]] = []
         self._built = False
         self._n_groups = 0
 
     # ---- building -------------------------------------------------------------------------------
     def add_node(self, name: str, gpu_type: str, n_gpus: int, gpu_memory_mb: float,
-                 partitions: Sequence[str] = ("default",), groups: Optional[Sequence[int]] = None):
-        """Add one node; ``groups[i]`` is the NVLink/PCIe group of GPU ``i`` (default: 2 GPUs per switch)."""
+                 partitions: Sequence[str] = ("default",), groups: Optional[Sequence[int]] = None,
+                 gpu_cap: int = GPU_MILLI, cpu_milli: float = 0.0, memory_mib: float = 0.0):
+        """Add one node; ``groups[i]`` is the NVLink/PCIe group of GPU ``i`` (default: 2 GPUs per switch).
+        ``gpu_cap``: units of capacity per GPU (1000 milli-GPU, or the shards of each GPU in
+        gres.conf); ``cpu_milli``/``memory_mib``: the node's CPUs and host memory (0: not checked)."""
         if self._built:
             raise RuntimeError("add nodes before the first placement")
         if name in self.node_ids:
@@ -104,7 +119,10 @@ class ClusterState:
             raise ValueError(f"node {name}: {len(groups)} groups for {n_gpus} GPUs")
         node_id = len(self.nodes)
         first = len(self._gpu_lists["node"])
-        self.nodes.append(NodeInfo(name, gpu_type, first, n_gpus, tuple(partitions)))
+        if gpu_cap < 1:
+            raise ValueError(f"node {name}: GPU capacity must be at least 1 unit")
+        self.nodes.append(NodeInfo(name, gpu_type, first, n_gpus, tuple(partitions), float(cpu_milli),
+                                   float(memory_mib)))
         self.node_ids[name] = node_id
         for p in partitions:
             if p not in self.partition_names:
@@ -120,6 +138,7 @@ class ClusterState:
             self._gpu_lists["mem"].append(float(gpu_memory_mb))
             # groups are global, consecutive ids: equal only within one node's switch
             self._gpu_lists["group"].append(base_group + local[groups[i]])
+            self._gpu_lists["cap"].append(int(gpu_cap))
 
     def build(self):
         """Freeze the hardware into arrays (called automatically before the first decision)."""
@@ -140,6 +159,18 @@ class ClusterState:
         # only co-runner is this one, so pair predictions are one fancy-indexing lookup.
         self.gpu_class0 = np.full(n, -1, dtype=np.int32)
         self.gpu_end0 = np.zeros(n)  # expected end of the first resident
+        # capacity (issue 21): units per GPU, units held, and residents that hold no units
+        # (interference-shared whole-GPU jobs: no fractional job may join them, nor they it)
+        self.gpu_cap = np.array(lists["cap"], dtype=np.int64)
+        self.gpu_used = np.zeros(n, dtype=np.int64)
+        self.gpu_nplain = np.zeros(n, dtype=np.int32)
+        self.node_cpu_total = np.array([node.cpu_milli for node in self.nodes])
+        self.node_mem_total = np.array([node.memory_mib for node in self.nodes])
+        self.node_cpu_used = np.zeros(len(self.nodes))
+        self.node_mem_used = np.zeros(len(self.nodes))
+        self.node_version = np.zeros(len(self.nodes), dtype=np.int64)  # bumped by place/release
+        self.version = 0  # bumped by every place/release (caches of derived arrays key on it)
+        self._left, self._left_version = None, -1
         self.gpu_jobs: List[List[str]] = [[] for _ in range(n)]
         self.partition_mask = {}
         for p in self.partition_names:
@@ -184,6 +215,7 @@ class ClusterState:
         self.jobs[job.job_id] = job
         if job.pod_app:
             self.pod_ids.add(job.job_id)
+        self._charge(job, +1)
         for g in job.gpus:
             if self.gpu_njobs[g] == 0:
                 self.gpu_class0[g] = job.class_id
@@ -201,6 +233,7 @@ class ClusterState:
         """Forget ``job_id`` (finished, failed or preempted) and free its share of its GPUs."""
         job = self.jobs.pop(job_id)
         self.pod_ids.discard(job_id)
+        self._charge(job, -1)
         for g in job.gpus:
             residents = self.gpu_jobs[g]
             residents.remove(job_id)
@@ -219,6 +252,51 @@ class ClusterState:
                 self.node_free[self.gpu_node[g]] += 1
                 self.n_free += 1
         return job
+
+    def units_of(self, job: RunningJob, g: int) -> int:
+        """Units of GPU ``g`` that ``job`` holds: its fraction, or all of it when exclusive."""
+        if job.gpu_units > 0:
+            return min(int(job.gpu_units), int(self.gpu_cap[g]))
+        return int(self.gpu_cap[g]) if job.exclusive else 0
+
+    def job_nodes(self, job: RunningJob) -> List[int]:
+        if job.gpus:
+            return sorted({int(self.gpu_node[g]) for g in job.gpus})
+        return [job.node] if job.node >= 0 else []
+
+    def _charge(self, job: RunningJob, sign: int):
+        self.version += 1
+        for g in job.gpus:
+            units = self.units_of(job, g)
+            self.gpu_used[g] += sign * units
+            if units == 0:
+                self.gpu_nplain[g] += sign
+        for k in self.job_nodes(job):
+            self.node_cpu_used[k] = max(0.0, self.node_cpu_used[k] + sign * job.cpu_milli)
+            self.node_mem_used[k] = max(0.0, self.node_mem_used[k] + sign * job.memory_mib)
+            self.node_version[k] += 1
+
+    def gpu_left(self) -> np.ndarray:
+        """Units a fractional job could still take on each GPU (0 where a time-shared job runs).
+        Cached until the next place/release: read it, never write to it."""
+        if self._left_version != self.version:
+            self._left = np.where(self.gpu_nplain > 0, 0, self.gpu_cap - self.gpu_used)
+            self._left_version = self.version
+        return self._left
+
+    def node_room(self, cpu_milli: float, memory_mib: float) -> np.ndarray:
+        """Per node: whether ``cpu_milli`` and ``memory_mib`` more fit (an unknown total always fits)."""
+        ok = np.ones(len(self.nodes), dtype=bool)
+        if cpu_milli > 0:
+            ok &= (self.node_cpu_total <= 0) | (self.node_cpu_total - self.node_cpu_used >= cpu_milli)
+        if memory_mib > 0:
+            ok &= (self.node_mem_total <= 0) | (self.node_mem_total - self.node_mem_used >= memory_mib)
+        return ok
+
+    def allocated_units(self) -> float:
+        """GPUs allocated, in whole GPUs (fractions summed; a time-shared GPU counts as one)."""
+        used = np.where(self.gpu_nplain > 0, self.gpu_cap, np.minimum(self.gpu_used, self.gpu_cap))
+        return float((used / self.gpu_cap).sum())
 
 
 def parse_cluster_spec(spec: str) -> List[Tuple[int, int, str]]:
@@ -254,6 +332,10 @@ class NodeGroup:
     prefix: str = ""
     gpus_per_switch: int = 2
     extra: Dict[str, str] = field(default_factory=dict)
+    gpu_cap: int = GPU_MILLI  # capacity units per GPU
+    cpu_milli: float = 0.0  # per node, 0: not checked
+    memory_mib: float = 0.0
+    names: Tuple[str, ...] = ()  # node names (a node-list CSV), else <prefix><k>
 
 
 def build_cluster(groups: Sequence[NodeGroup], max_jobs_per_gpu: int = 2,
@@ -264,8 +346,9 @@ def build_cluster(groups: Sequence[NodeGroup], max_jobs_per_gpu: int = 2,
         prefix = group.prefix or f"g{gi}-{group.gpu_type}-"
         switch = max(1, group.gpus_per_switch)
         for k in range(group.nodes):
-            state.add_node(f"{prefix}{k}", group.gpu_type, group.gpus_per_node, group.gpu_memory_mb,
-                           partitions=group.partitions,
-                           groups=[i // switch for i in range(group.gpus_per_node)])
+            state.add_node(group.names[k] if group.names else f"{prefix}{k}", group.gpu_type,
+                           group.gpus_per_node, group.gpu_memory_mb, partitions=group.partitions,
+                           groups=[i // switch for i in range(group.gpus_per_node)], gpu_cap=group.gpu_cap,
+                           cpu_milli=group.cpu_milli, memory_mib=group.memory_mib)
     state.build()
     return state

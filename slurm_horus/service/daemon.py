@@ -170,8 +170,11 @@ class Placer:
             submit_time=self.clock(),
             # only a shard lets a second job join a GPU, and a shard is one GPU: indexed/node bindings
             # and multi-GPU jobs hold whole GPUs (the policy must not pair them: Slurm could not)
-            exclusive=not may_share or self.binding != "shard" or request.gpus_per_node * request.nodes > 1,
+            exclusive=(not may_share or self.binding != "shard" or request.gpus_per_node * request.nodes > 1)
+            and not request.shards,
             gpu_type=request.gpu_type,
+            # --gres=shard:N: N units of one GPU's shards, placed by capacity (placement/fragmentation.py)
+            gpu_units=request.shards,
         )
 
     def _known_pair(self, job_class):
@@ -211,7 +214,9 @@ class Placer:
                     self.ledger.held_for_user(request.uid, self.clock()) + req.n_gpus > MAX_USER_HELD_GPUS:
                 return unchanged(f"uid {request.uid} holds {MAX_USER_HELD_GPUS} GPUs in unconfirmed decisions already")
             # a job Slurm could start by preempting others is left to Slurm: kept, it would not preempt
-            keeping = request.records and request.keep and self.queue_on and \
+            # a job asking shards is never kept: the movable kept shape (gres:shard:1) would change
+            # its request; when there is no room now it is left to Slurm (fail open)
+            keeping = request.records and request.keep and self.queue_on and not request.shards and \
                 len(self.kept) + len(self.unseen_keeps) < MAX_KEPT and not self.preemption.may_preempt(request.partition)
             if self.queue_on and request.records and self.queue_waiting():
                 if keeping:
@@ -241,7 +246,9 @@ class Placer:
                     self._left_to_slurm()
                 return unchanged(decision.reason, candidates=explain_candidates(decision),
                                  **candidate_counts(decision, state), **self.class_fields(req.job_class))
-            if decision.shared and decision.predicted_slowdown > self.slowdown_limit:
+            # a job asking shards asked for a share of a GPU: the limit guards the interference
+            # model's pairing of whole-GPU jobs, not capacity the user chose to share
+            if decision.shared and not req.gpu_units and decision.predicted_slowdown > self.slowdown_limit:
                 why = f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit"
                 if keeping:
                     return self._keep(req, why, request.held)

@@ -104,6 +104,24 @@ def count_gpus(tres):
     return total, (None if mixed else gpu_type)
 
 
+def count_shards(tres):
+    """Untyped shards in a TRES string (a typed shard names its GPU already: not counted)."""
+    if not tres:
+        return 0
+    total = 0
+    for item in tres.split(","):
+        item = re.sub(r"^gres[:/]", "", item.strip())
+        match = re.match(r"^([A-Za-z0-9]+)[:=]?(.*)\Z", item, re.S)
+        if not match or match.group(1) != "shard":
+            continue
+        rest = match.group(2)
+        if rest == "":
+            total += 1
+        elif re.match(r"^[0-9]+\Z", rest):
+            total += int(rest)
+    return total
+
+
 def gpu_request(job):
     """(request dict or None, reason or None), like the Lua's two return values."""
     nodes = job.get("min_nodes") if _is_set(job.get("min_nodes")) else 1
@@ -122,6 +140,9 @@ def gpu_request(job):
         if tasks % nodes:
             return None, "tasks not divisible by nodes"
         return {"gpus_per_node": per_task * tasks // nodes, "nodes": nodes, "form": "tres_per_task", "gpu_type": None}, None
+    shards = count_shards(job.get("tres_per_node"))
+    if shards > 0 and nodes == 1:
+        return {"gpus_per_node": 1, "nodes": 1, "form": "tres_per_node", "gpu_type": None, "shards": shards}, None
     return None, None
 
 
@@ -167,7 +188,7 @@ def left_message(job, submit_uid, why):
 def offer_fits(job, request, conf):
     """Whether a job may take a published offer: one untyped GPU on one node, no partition named."""
     return (conf["offers"] is True and request["gpus_per_node"] == 1 and request["nodes"] == 1
-            and request.get("gpu_type") is None and not job.get("partition"))
+            and request.get("gpu_type") is None and request.get("shards") is None and not job.get("partition"))
 
 
 def parse_kv(line):

@@ -73,7 +73,7 @@ MAX_DEPTH = 8  # nesting of a request's JSON (real ones: 2)
 
 _TEXT = ("op", "reply", "user", "partition", "job_name", "comment", "script_hash", "job_class", "tres_per_node",
          "tres_per_job", "tres_per_task", "req_nodes", "exc_nodes", "gpu_type", "id", "source", "peer")
-_WHOLE = ("uid", "num_nodes", "num_tasks", "gpus_per_node", "min_nodes")
+_WHOLE = ("uid", "num_nodes", "num_tasks", "gpus_per_node", "min_nodes", "shards")
 _FLAGS = ("explain", "dry_run", "offer", "keep", "held")
 FIELD_TYPES = {**{name: "text" for name in _TEXT}, **{name: "whole number" for name in _WHOLE},
                **{name: "true or false" for name in _FLAGS}, "time_limit_min": "number",
@@ -168,6 +168,7 @@ class Request:
     from_user: bool = False  # came on the user socket (horus-sbatch): uid from the peer's credentials
     opted_out: bool = False  # HORUS_OFF / horus=off: answered unchanged, never shared
     gpu_type: str = ""  # a GPU type the user asked for ("" = any): placed only among those GPUs
+    shards: int = 0  # --gres=shard:N: N shards of one GPU (a fraction of it), 0 = whole GPUs
     problem: str = ""
 
     @property
@@ -223,6 +224,19 @@ def gpu_counts(tres_per_node="", tres_per_job="", tres_per_task="", nodes=None, 
     return 0, nodes, None
 
 
+def shard_count(tres_per_node="") -> int:
+    """Untyped shards a job asks per node (``gres:shard:3``, ``gres/shard=3``), as job_submit.lua's
+    ``count_shards`` reads them (a typed shard names its GPU already: not counted)."""
+    total = 0
+    for item in (tres_per_node or "").split(","):
+        try:
+            parsed = parse_gres(re.sub(r"[=/]", ":", item.strip()))
+        except InputError:
+            continue
+        total += sum(p.count for p in parsed if p.name == "shard" and not p.type)
+    return total
+
+
 def parse_request(message: dict) -> Request:
     """The typed request of one decoded message (never raises: an unusable place request carries its
     ``problem``, an unknown op is kept for the caller to refuse)."""
@@ -255,12 +269,17 @@ def parse_request(message: dict) -> Request:
             per_node, nodes = _int_or_none(message["gpus_per_node"]), message.get("num_nodes")
             nodes = 1 if nodes is None else _int_or_none(nodes)
             gpu_type = message.get("gpu_type")
+            shards = _int_or_none(message.get("shards")) if message.get("shards") is not None else 0
             if per_node is None or nodes is None:
                 raise ValueError("bad gpus_per_node or num_nodes")
+            if shards is None:
+                raise ValueError("bad shards")
         else:
             per_node, nodes, gpu_type = gpu_counts(*(_text(message.get(k)) for k in
                                                      ("tres_per_node", "tres_per_job", "tres_per_task")),
                                                    message.get("num_nodes"), message.get("num_tasks"))
+            shards = shard_count(_text(message.get("tres_per_node"))) if per_node == 0 else 0
+            per_node = 1 if shards else per_node
         if gpu_type is not None and (not isinstance(gpu_type, str) or not SAFE_CLASS.match(gpu_type)):
             raise ValueError("bad gpu_type")
     except ValueError as exc:
@@ -269,7 +288,10 @@ def parse_request(message: dict) -> Request:
     if per_node < 1 or nodes < 1 or per_node > 1024 or nodes > 65536:
         request.problem = "no gpu requested"
         return request
-    request.gpus_per_node, request.nodes = per_node, nodes
+    if shards and (shards < 0 or shards > 1024 or per_node != 1 or nodes != 1):
+        request.problem = "shards are placed on one GPU of one node"
+        return request
+    request.gpus_per_node, request.nodes, request.shards = per_node, nodes, shards
     request.gpu_type = gpu_type.lower() if gpu_type else ""
     return request
 

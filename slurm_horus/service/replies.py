@@ -8,12 +8,15 @@ indices on every node, so a multi-node decision with different indices per node 
 """
 
 from ..placement.request import Decision, JobRequest
-from ..tokens import KEPT_MODE, gpu_list
+from ..tokens import FRACTION_MODE, KEPT_MODE, gpu_list
 from .protocol import Reply
 
 
 def binding_of(binding, req: JobRequest, index_sets):
-    """The binding a decision is applied with."""
+    """The binding a decision is applied with (a job asking shards is bound by shards whatever the
+    site's binding: its request already is one)."""
+    if req.gpu_units > 0:
+        return "shard"
     if binding == "shard" and (req.n_gpus > 1 or req.exclusive):
         binding = "indexed"  # multi-GPU and exclusive jobs hold whole GPUs
     if binding in ("indexed", "shard") and len(index_sets) > 1:
@@ -27,13 +30,15 @@ def placement_reply(state, decision: Decision, req: JobRequest, binding, decisio
     used = binding_of(binding, req, index_sets)
     indices = sorted(next(iter(index_sets)))
     if used == "shard":
-        tres = ",".join(f"gres:shard:g{i}:1" for i in indices)
+        tres = ",".join(f"gres:shard:g{i}:{max(req.gpu_units, 1)}" for i in indices)
     elif used == "indexed":
         tres = ",".join(f"gres:gpu:g{i}:1" for i in indices)
     else:  # node binding: Slurm picks the GPUs on that node, of the type the user asked for
         tres = f"gres:gpu:{req.gpu_type + ':' if req.gpu_type else ''}{req.gpus_per_node}"
     # shared: joins a GPU that runs another job; shareable: alone on a shard, others may join
     mode = "shared" if decision.shared else ("shareable" if used == "shard" else "exclusive")
+    if req.gpu_units > 0:
+        mode = FRACTION_MODE  # a share of the GPU's shards, by capacity (not the interference model's pairs)
     partition = ""
     if req.extra_partitions:
         node = state.nodes[state.node_ids[decision.nodes[0]]]
@@ -70,6 +75,7 @@ _MODE_WORDS = {
     "exclusive": "exclusive: a whole GPU of its own",
     "shareable": "shared via shard: alone on its GPU for now, a well-matched job may join it",
     "shared": "shared via shard with the job already on that GPU",
+    "fraction": "its shards of one GPU, placed so that the cluster fills up",
 }
 # policies rank "a free GPU before anything else" (or after) with scores beyond any real value
 _SENTINEL_SCORE = 1e8

@@ -17,7 +17,7 @@ from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState, RunningJob
 from ..slurm.gres import parse_gres
 from ..slurm.partitions import Preemption
-from ..tokens import KEPT_MODE, parse_gpu_list, parse_horus_tokens
+from ..tokens import FRACTION_MODE, KEPT_MODE, parse_gpu_list, parse_horus_tokens
 
 RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
 # squeue's state_reason of pending jobs that will not start soon (held, waiting on a job). A begin time
@@ -66,6 +66,13 @@ class View:
 
 def node_gpu_count(node):
     return sum(item.count for item in node.gres if item.name == "gpu")
+
+
+def node_shards_per_gpu(node, count):
+    """Shards of each GPU of ``node`` (gres.conf ``Count=`` of its shard lines, shown by sinfo as the
+    node's shard total); 0 when it has none."""
+    total = sum(item.count for item in node.gres if item.name == "shard")
+    return total // count if count else 0
 
 
 def node_usable(node):
@@ -127,7 +134,9 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
         if count == 0 or not node_usable(node):
             continue
         gpu_type = snapshot.features.get(node.name) or default_gpu_type
-        state.add_node(node.name, gpu_type, count, gpu_memory_mb(gpu_type), node.partitions or ("default",))
+        shards = node_shards_per_gpu(node, count)
+        state.add_node(node.name, gpu_type, count, gpu_memory_mb(gpu_type), node.partitions or ("default",),
+                       **({"gpu_cap": shards} if shards else {}))
     state.build()
     view = View(state, set(), {}, set(), set(), 0, 0)
     now = snapshot.taken_at
@@ -171,8 +180,18 @@ def _running_job(state, job, fields, job_class, now):
         return None
     holds_whole_gpu = any(item.name == "gpu" and item.count > 0 for _n, items in by_node for item in items)
     end = float(job.end_time) if job.end_time else now + DEFAULT_LIMIT_S
+    shards = [item.count for _n, items in by_node for item in items if item.name == "shard" and item.count > 0]
     return RunningJob(str(job.job_id), job_class, gpus, float(job.start_time or now), end,
-                      exclusive=holds_whole_gpu, user=job.user, partition=job.partition)
+                      exclusive=holds_whole_gpu, user=job.user, partition=job.partition,
+                      gpu_units=_fraction_units(fields, shards, holds_whole_gpu))
+
+
+def _fraction_units(fields, shards, holds_whole_gpu):
+    """Shards a job holds of its one GPU as a fraction (capacity); 0 for whole GPUs and for the
+    interference model's shared jobs (``mode=shared|shareable``: time-shared residents)."""
+    if holds_whole_gpu or len(shards) != 1 or fields.get("mode") in ("shared", "shareable"):
+        return 0
+    return int(shards[0])
 
 
 def reserve_where_slurm_starts(state, job, now):
@@ -213,5 +232,7 @@ def _pinned_pending_job(state, job, fields, job_class, now):
     gpus = global_gpu_ids(state, parse_gpu_list(fields["gpus"]))
     if not gpus:
         return None
+    shards = [item.count for item in job.gres_requested if item.name == "shard" and item.count > 0]
     return RunningJob(str(job.job_id), job_class, gpus, now, now + (limit_s(job) or DEFAULT_LIMIT_S),
-                      exclusive=fields.get("mode") == "exclusive", user=job.user, partition=job.partition)
+                      exclusive=fields.get("mode") == "exclusive", user=job.user, partition=job.partition,
+                      gpu_units=_fraction_units(fields, shards, False) if fields.get("mode") == FRACTION_MODE else 0)

@@ -95,8 +95,16 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
 @click.option("--jobs-csv", default=None, type=click.Path(dir_okay=False), help="per-job CSV")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: if a tty)")
+@click.option("--no-departure", is_flag=True,
+              help="FGD's protocol: each request tried once at arrival, nothing ends, no queue")
+@click.option("--inflate", default=0.0, type=float,
+              help="with --no-departure: draw requests with replacement until they ask X x the cluster's GPUs")
+@click.option("--shuffle-seed", default=None, type=int, help="with --no-departure: seed of the draw / order")
+@click.option("--gpu-memory-mb", "gpu_memory", multiple=True, metavar="MODEL=MB",
+              help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
-             single_gpu, holdout, json_out, jobs_csv, report, progress):
+             single_gpu, holdout, json_out, jobs_csv, report, progress, no_departure, inflate, shuffle_seed,
+             gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
     from .metrics import summarize, write_jobs_csv
     from .run import parse_cluster, run_policies
@@ -105,8 +113,12 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
 
     for path, option in ((json_out, "--json"), (jobs_csv, "--jobs-csv"), (report, "--report")):
         check_output_path(path, option)
+    if (inflate or shuffle_seed is not None) and not no_departure:
+        raise InputError("--inflate and --shuffle-seed go with --no-departure (FGD's protocol)")
+    if inflate < 0:
+        raise InputError("--inflate must be positive")
     truth_model = load_truth(truth, profiles)
-    groups = parse_cluster(cluster)
+    groups = parse_cluster(cluster, _gpu_memory(gpu_memory))
     gpu_type = groups[0].gpu_type
     jobs = read_trace(trace_path, trace_format, traces_dir=traces_dir,
                       solo_tput=lambda cls: truth_model.solo_tput(cls, gpu_type))
@@ -117,6 +129,11 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
     if not jobs:
         raise InputError(f"{trace_path}: no jobs to simulate")
     names = [p.strip() for p in policies.split(",") if p.strip()]
+    if no_departure:
+        if jobs_csv:
+            raise InputError("--jobs-csv has no per-job times to write with --no-departure")
+        return _no_departure(jobs, groups, truth_model, names, inflate, shuffle_seed, holdout, profiles,
+                             json_out, report, dict(trace=str(trace_path), cluster=cluster, truth=truth))
     bar = _Progress(sys.stderr.isatty() if progress is None else progress)
     results = run_policies(jobs, groups, truth_model, names, seed=seed, load=load, holdout=holdout,
                            profiles_path=profiles, progress=bar)
@@ -144,3 +161,45 @@ def _ratios(summaries: dict) -> dict:
         return {}
     keys = ("makespan", "mean_jct", "p99_jct", "mean_queueing_delay", "effective_utilization")
     return {name: {k: (s[k] / base[k] if base[k] else None) for k in keys} for name, s in summaries.items()}
+
+
+def _gpu_memory(items) -> dict:
+    from ..interference.cli import _memory_sizes
+
+    return {model.lower(): mb for model, mb in _memory_sizes(items).items()}
+
+
+ARRIVAL_KEYS = (("allocated_gpu_pct", "allocated %"), ("arrived_gpu_pct", "arrived %"),
+                ("fragmentation_pct", "fragmented %"), ("failed", "failed"), ("seconds", "run s"))
+
+
+def _no_departure(jobs, groups, truth_model, names, inflate, shuffle_seed, holdout, profiles, json_out,
+                  report, meta):
+    """FGD's protocol for every policy (``sim/arrivals.py``): table, JSON and report."""
+    from ..placement.fragmentation import shapes_summary
+    from .arrivals import summarize_arrivals
+    from .run import run_arrival_policies
+
+    results, offered, measure = run_arrival_policies(jobs, groups, truth_model, names, inflate, shuffle_seed,
+                                                     holdout, profiles)
+    summaries = {r.policy: summarize_arrivals(r) for r in results}
+    rows = [["policy"] + [label for _, label in ARRIVAL_KEYS]]
+    for name, summary in summaries.items():
+        rows.append([name] + [f"{summary[key]:.2f}" if isinstance(summary[key], float) else str(summary[key])
+                              for key, _ in ARRIVAL_KEYS])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    click.echo("\n".join(lines))
+    payload = {"protocol": "no-departure", "policies": summaries, **meta, "inflate": inflate,
+               "shuffle_seed": shuffle_seed, "requests": len(offered),
+               "cluster_gpus": results[0].n_gpus if results else 0, "typical_shapes": shapes_summary(measure)}
+    try:
+        if json_out:
+            with open(json_out, "w") as handle:
+                json.dump(payload, handle, indent=2)
+        if report:
+            from .report import write_arrival_report
+            write_arrival_report(report, payload)
+    except OSError as exc:
+        raise InputError(f"cannot write {exc.filename}: {exc.strerror}") from None

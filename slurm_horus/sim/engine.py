@@ -32,6 +32,32 @@ FINISH, ARRIVAL, TIMER = 0, 1, 2  # at equal times completions go first: capacit
 BAD_PAIR = 0.85
 
 
+def trace_request(t: TraceJob, width: int) -> JobRequest:
+    """The JobRequest of a trace job: as few nodes as possible unless the trace says; a stated
+    fraction of a GPU (``gpu_milli`` < 1000) becomes ``gpu_units``, stated whole GPUs are exclusive."""
+    n = t.num_gpus
+    if n == 0:
+        return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=0, nodes=1, partition=t.partition,
+                          predicted_duration=t.duration, user=t.user, submit_time=t.submit_time,
+                          cpu_milli=t.cpu_milli, memory_mib=t.memory_mib)
+    gpn = t.gpus_per_node
+    if not gpn:
+        if n <= width:
+            gpn = n
+        else:
+            nodes = math.ceil(n / width)
+            while n % nodes:
+                nodes += 1
+            gpn = n // nodes
+    fraction = t.gpu_milli if n == 1 and 0 < t.gpu_milli < 1000 else 0
+    return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
+                      mem_mb=t.mem_mb, partition=t.partition, predicted_duration=t.duration,
+                      user=t.user, submit_time=t.submit_time,
+                      extra_partitions=("infer",) if t.partition == "train" else (),
+                      exclusive=t.gpu_milli >= 1000, gpu_units=fraction, cpu_milli=t.cpu_milli,
+                      memory_mib=t.memory_mib, gpu_types=tuple(t.gpu_types))
+
+
 class SimJob:
     __slots__ = ("idx", "trace", "req", "work", "rate", "last", "version", "running", "first_start", "end",
                  "run_time", "shared_time", "bad_time", "ooms", "preemptions", "shared", "pair", "pair_since",
@@ -121,20 +147,7 @@ class Simulator:
 
     @staticmethod
     def _request(t: TraceJob, width: int) -> JobRequest:
-        n = t.num_gpus
-        gpn = t.gpus_per_node
-        if not gpn:
-            if n <= width:
-                gpn = n
-            else:
-                nodes = math.ceil(n / width)
-                while n % nodes:
-                    nodes += 1
-                gpn = n // nodes
-        return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
-                          mem_mb=t.mem_mb, partition=t.partition, predicted_duration=t.duration,
-                          user=t.user, submit_time=t.submit_time,
-                          extra_partitions=("infer",) if t.partition == "train" else ())
+        return trace_request(t, width)
 
     # ---- event plumbing -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int, version: int = 0):
@@ -232,7 +245,7 @@ class Simulator:
         running = self.policy.running_job(job.req, decision, self.now)
         state.place(running)
         job.run_class = cls
-        job.factor = self.truth.job_factor(job.req.job_class, cls, state.gpu_type_of(gpus[0]), len(gpus),
+        job.factor = 1.0 if not gpus else self.truth.job_factor(job.req.job_class, cls, state.gpu_type_of(gpus[0]), len(gpus),
                                            len(decision.nodes), state.node_gpu_table.shape[1])
         self.running_by_id[job.req.job_id] = job
         job.running = True
@@ -241,7 +254,7 @@ class Simulator:
         job.gpu_types = tuple(state.gpu_type_of(g) for g in gpus)
         if job.first_start is None:
             job.first_start = self.now
-        self._refresh(self._jobs_on(gpus))
+        self._refresh(self._jobs_on(gpus) if gpus else [job])
         return True
 
     @property

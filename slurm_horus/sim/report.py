@@ -38,3 +38,18 @@ def write_report(path, payload: dict, results: List[SimResult]):
                            plots=[Markup(cdf), Markup(util)])
     with open(path, "w") as handle:
         handle.write(html)
+
+
+def write_arrival_report(path, payload: dict):
+    """FGD's protocol: allocated vs arrived GPU capacity per policy, one plot, and the table."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]))
+    template = env.get_template("sim_arrivals.html.j2")
+    curves = {name: [tuple(point) for point in s["allocation_curve"]] for name, s in payload["policies"].items()}
+    chart = line_chart(curves, "GPU capacity allocated as requests arrive (nothing departs)",
+                       "GPU capacity arrived (%)", "GPU capacity allocated (%)")
+    policies = {name: {k: v for k, v in s.items() if k != "allocation_curve"}
+                for name, s in payload["policies"].items()}
+    html = template.render(payload=payload, policies=policies, ratios={}, plots=[Markup(chart)])
+    with open(path, "w") as handle:
+        handle.write(html)

@@ -21,6 +21,8 @@ def parse_cluster(spec: str, gpu_memory: Optional[Dict[str, float]] = None) -> L
     from ..interference import gpu_memory_mb
 
     path = Path(spec)
+    if path.suffix == ".csv":
+        return node_list_csv(path, gpu_memory)
     if path.suffix in (".json", ".yaml", ".yml") or path.exists():
         return _cluster_file(path, gpu_memory)
     groups = []
@@ -41,6 +43,39 @@ def parse_cluster(spec: str, gpu_memory: Optional[Dict[str, float]] = None) -> L
         groups.append(NodeGroup(nodes, per_node, gpu_type, mem, partitions, prefix=f"n{k}-{gpu_type}-"))
     if not groups:
         raise InputError("--cluster: empty cluster spec")
+    return groups
+
+
+def node_list_csv(path: Path, gpu_memory=None) -> List[NodeGroup]:
+    """A node list (FGD's ``openb_node_list_*.csv``): columns ``sn,cpu_milli,memory_mib,gpu,model``,
+    one node a row (a node without GPUs keeps its CPUs for CPU-only requests)."""
+    from ..interference import gpu_memory_mb
+    from .traces import _csv_rows, _number, _text
+
+    if not path.exists():
+        raise InputError(f"--cluster {path}: no such file")
+    groups, seen = [], set()
+    for line, row in _csv_rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model")):
+        name = _text(row, "sn")
+        if not name or name in seen:
+            raise InputError(f"{path}:{line}: {'duplicate' if name else 'empty'} node name {name!r}")
+        seen.add(name)
+        gpus = _number(path, line, row, "gpu", int, minimum=0)
+        model = _text(row, "model").lower()
+        if gpus and (not model or model == "nan"):
+            raise InputError(f"{path}:{line}: node {name} has {gpus} GPUs but no model")
+        model = model if gpus else "none"
+        mem = 0.0
+        if gpus:
+            try:
+                mem = gpu_memory_mb(model, gpu_memory)
+            except InputError as exc:
+                raise InputError(f"{path}:{line}: {exc}") from None
+        groups.append(NodeGroup(1, gpus, model, mem, names=(name,),
+                                cpu_milli=_number(path, line, row, "cpu_milli", minimum=0.0),
+                                memory_mib=_number(path, line, row, "memory_mib", minimum=0.0)))
+    if not groups:
+        raise InputError(f"{path}: no nodes")
     return groups
 
 
@@ -104,7 +139,8 @@ def _simple_yaml(text: str, path) -> dict:
 
 def policy_models(truth: Truth, classes: ClassIndex, holdout: bool = True,
                   profiles_path: Optional[str] = None, predictor: str = "chain",
-                  predictor_factory: Optional[Callable] = None) -> PolicyModels:
+                  predictor_factory: Optional[Callable] = None,
+                  gpu_memory: Optional[Dict[str, float]] = None) -> PolicyModels:
     """Predictors for the policies: built-in priors (+ ``profiles_path``), without the measured pairs
     of the truth's GPU types when ``holdout`` (so the policies must predict and learn what the
     simulator knows exactly)."""
@@ -123,9 +159,9 @@ def policy_models(truth: Truth, classes: ClassIndex, holdout: bool = True,
             return predictor_factory(kind)
         if kind not in built:
             try:
-                built[kind] = build_model(kind, profiles, observations)
+                built[kind] = build_model(kind, profiles, observations, gpu_memory_mb=gpu_memory)
             except ValueError:
-                built[kind] = build_model(predictor, profiles, observations)
+                built[kind] = build_model(predictor, profiles, observations, gpu_memory_mb=gpu_memory)
         return built[kind]
 
     return PolicyModels(classes, factory, truth=truth.as_predictor(), default_kind=predictor, profiles=profiles)
@@ -147,6 +183,13 @@ def prepare_trace(trace: Sequence[TraceJob], truth: Truth, seed: int, load: floa
     return jobs
 
 
+def _policy(spec: str, models: PolicyModels):
+    try:
+        return make_policy(spec, models)
+    except ValueError as exc:
+        raise InputError(f"--policy: {exc}") from None
+
+
 def run_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup], truth: Truth, policies: Sequence[str],
                  seed: int = 0, load: float = 1.0, holdout: bool = True, options: Optional[SimOptions] = None,
                  profiles_path: Optional[str] = None, predictor: str = "chain",
@@ -162,10 +205,7 @@ def run_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup], truth: 
     models = policy_models(truth, classes, holdout, profiles_path, predictor, predictor_factory)
     results = []
     for spec in policies:
-        try:
-            policy = make_policy(spec, models)
-        except ValueError as exc:
-            raise InputError(f"--policy: {exc}") from None
+        policy = _policy(spec, models)
         state = build_cluster(groups, max_jobs_per_gpu=max_jobs_per_gpu, classes=classes)
         callback = (lambda done, total, _n=spec: progress(_n, done, total)) if progress else None
         sim = Simulator(state, truth, policy, [copy.copy(j) for j in jobs], options, callback)
@@ -177,3 +217,49 @@ def run_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup], truth: 
 
 def ratio(value: float, base: float) -> float:
     return value / base if base and not math.isnan(base) else float("nan")
+
+
+def run_arrival_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup], truth: Truth,
+                         policies: Sequence[str], inflate: float = 0.0, shuffle_seed: Optional[int] = None,
+                         holdout: bool = True, profiles_path: Optional[str] = None,
+                         progress: Optional[Callable[[str, int, int], None]] = None):
+    """FGD's protocol (``sim/arrivals.py``) for every policy on the same requests: ``inflate`` > 0
+    draws requests with replacement until they ask ``inflate`` × the cluster's GPUs, seeded by
+    ``shuffle_seed``; without it the trace's requests, shuffled when a seed is given. Returns
+    (results, the requests offered, the fragmentation model of that workload)."""
+    import random
+    import time
+
+    from ..placement.fragmentation import FragmentationModel, workload_counts
+    from .arrivals import inflate_trace, run_arrivals
+    from .engine import trace_request
+
+    n_gpus = sum(g.nodes * g.gpus_per_node for g in groups)
+    jobs = [copy.copy(j) for j in trace]
+    assign_classes(jobs, truth.classes, shuffle_seed or 0)
+    seed = shuffle_seed if shuffle_seed is not None else 0
+    if inflate:
+        try:
+            jobs = inflate_trace(jobs, n_gpus, inflate, seed)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    elif shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(jobs)
+    width = max(g.gpus_per_node for g in groups)
+    workload = workload_counts(trace_request(j, width) for j in trace)
+    classes = ClassIndex(truth.classes)
+    memory = {g.gpu_type: g.gpu_memory_mb for g in groups if g.gpus_per_node}
+    models = policy_models(truth, classes, holdout, profiles_path, gpu_memory=memory)
+    models.workload = workload
+    results = []
+    for spec in policies:
+        policy = _policy(spec, models)
+        state = build_cluster(groups, max_jobs_per_gpu=2, classes=classes)
+        began = time.perf_counter()
+        result = run_arrivals(state, policy, jobs, FragmentationModel(dict(workload)))
+        result.seconds = time.perf_counter() - began
+        result.policy = spec
+        if progress:
+            progress(spec, 1, 1)
+        results.append(result)
+    return results, jobs, FragmentationModel(dict(workload))

@@ -16,9 +16,10 @@ get done. Formats (``--trace-format``; ``auto`` guesses from the header / extens
   application's traces (see :func:`pollux_duration`); DeepBoot inference rows (``num_task`` ≥ 0)
   keep their ``duration`` and go to the ``infer`` partition.
 * ``tiresias``: Tiresias / Muri CSV (``job_id,num_gpu,submit_time,iterations,model_name,duration,...``).
-* ``alibaba``: Alibaba GPU v2023 pod list (``name,...,num_gpu,gpu_milli,...,creation_time,
-  deletion_time,scheduled_time``); a pod asking ``gpu_milli`` < 1000 of one GPU is a 1-GPU job whose
-  fraction is kept in ``gpu_fraction``; duration = deletion − scheduled time.
+* ``alibaba``: Alibaba GPU v2023 pod list (``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,
+  ...,creation_time,deletion_time,scheduled_time``): every pod, CPU-only ones included; a pod asking
+  ``gpu_milli`` < 1000 of one GPU is a fractional request (``gpu_milli``), others ask whole GPUs;
+  ``gpu_spec`` lists the GPU models it accepts; duration = deletion − scheduled time.
 
 Jobs without a model identity get ``job_class = None``; the simulator assigns classes from the truth
 table by seed.
@@ -50,6 +51,12 @@ class TraceJob:
     mem_mb: float = 0.0
     kind: str = "train"  # or "infer"
     gpu_fraction: float = 1.0
+    # what the request states of its GPUs (issue 21): 0 = not stated (the interference model's
+    # whole-GPU jobs), 1..999 = milli of one GPU, 1000 = whole GPUs (exclusive)
+    gpu_milli: int = 0
+    cpu_milli: float = 0.0
+    memory_mib: float = 0.0
+    gpu_types: tuple = ()  # accepted GPU models (lower case), () = any
     source: str = ""  # file:line, for error messages
     extra: Dict[str, str] = field(default_factory=dict)
     # how the job scales with its replica count (Pollux-format workloads: the application's traces)
@@ -387,20 +394,33 @@ def read_tiresias(path, **_) -> List[TraceJob]:
 
 
 def read_alibaba(path, **_) -> List[TraceJob]:
+    """Alibaba's GPU v2023 pod list (FGD's traces): every pod, CPU-only ones included, with its
+    ``cpu_milli``, ``memory_mib``, ``gpu_milli`` (of one GPU when ``num_gpu`` is 1, else 1000 per
+    GPU) and ``gpu_spec`` (GPU models it accepts, ``|``-separated)."""
     raw = []
     for line, row in _csv_rows(path, ("name", "num_gpu", "gpu_milli", "creation_time", "deletion_time")):
         num_gpu = _number(path, line, row, "num_gpu", int, minimum=0)
-        if num_gpu == 0:
-            continue  # CPU-only pod
         milli = _number(path, line, row, "gpu_milli", minimum=0.0)
+        if num_gpu == 1 and milli > 1000:
+            raise _bad(path, line, f"gpu_milli={milli:g} is more than one GPU (1000)")
         created = _number(path, line, row, "creation_time")
         started = _optional(path, line, row, "scheduled_time", float, created)
         deleted = _number(path, line, row, "deletion_time")
         if deleted < started:
             raise _bad(path, line, f"deletion_time {deleted} before start {started} (negative duration)")
-        fraction = min(1.0, milli / 1000.0) if num_gpu == 1 and milli else 1.0
-        raw.append(TraceJob(_text(row, "name"), created, deleted - started, num_gpu, gpu_fraction=fraction,
-                            source=f"{path}:{line}"))
+        if num_gpu == 0:
+            units = 0
+        elif num_gpu == 1 and 0 < milli < 1000:
+            units = int(round(milli))
+        else:
+            units = 1000
+        spec = _text(row, "gpu_spec")
+        types = tuple(t.strip().lower() for t in spec.split("|") if t.strip() and t.strip().lower() != "nan")
+        raw.append(TraceJob(_text(row, "name"), created, deleted - started, num_gpu,
+                            gpu_fraction=units / 1000.0 if num_gpu == 1 else 1.0, gpu_milli=units,
+                            cpu_milli=_optional(path, line, row, "cpu_milli", float, 0.0, minimum=0.0),
+                            memory_mib=_optional(path, line, row, "memory_mib", float, 0.0, minimum=0.0),
+                            gpu_types=types, source=f"{path}:{line}"))
     if raw:
         first = min(j.submit_time for j in raw)
         for j in raw:

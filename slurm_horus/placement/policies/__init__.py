@@ -6,7 +6,9 @@ from ...interference.base import Predictor, SoloProfile
 from ...interference.priors import builtin_priors
 from ..pairs import PairTable
 from ..state import ClassIndex
+from ..fragmentation import FragmentationModel
 from .deepboot import DeepBoot
+from .fgd import FRAGMENTATION_POLICIES
 from .horus import Horus
 from .horus_util import HorusUtil
 from .iasp_iapp import IaspIapp
@@ -17,7 +19,7 @@ from .sjf_ffs import SJFFFS
 from .slurm_default import SlurmDefault
 
 POLICY_NAMES = ("slurm-default", "sjf", "sjf-ffs", "sjf-bsbf", "horus-util", "iasp-iapp", "deepboot",
-                "oracle", "horus")
+                "oracle", "horus") + tuple(FRAGMENTATION_POLICIES)
 
 
 class PolicyModels:
@@ -44,6 +46,9 @@ class PolicyModels:
         self.solo_tput = {(p.gpu_type, p.job_class): p.solo_tput for p in self.profiles if p.solo_tput}
         self.gmem = {(p.gpu_type, p.job_class): p.gmem_mb for p in self.profiles if p.gmem_mb}
         self._util_model = None
+        # request shapes seen before (a trace, a site's history): the workload fragmentation is
+        # measured against (``placement/fragmentation.py``); each policy counts what it sees on top
+        self.workload: Dict = {}
 
     @property
     def util_model(self):
@@ -60,6 +65,10 @@ class PolicyModels:
         if kind not in self._predictors:
             self._predictors[kind] = self.predictor_factory(kind)
         return self._predictors[kind]
+
+    def fragmentation(self) -> FragmentationModel:
+        """A fresh fragmentation model over the known workload (each policy keeps its own cache)."""
+        return FragmentationModel(dict(self.workload))
 
     def pairs(self, kind: Optional[str] = None, learn: bool = True) -> PairTable:
         """A fresh pair table (each policy learns on its own copy)."""
@@ -127,7 +136,10 @@ def make_policy(spec: str, models: PolicyModels):
             raise ValueError("policy oracle needs the simulator's truth")
         return Oracle(PairTable(models.truth, models.classes, learn=False, exact=True), **_coerce(Oracle, raw))
     if name == "horus":
-        return Horus(models.pairs(), **_coerce(Horus, raw))
+        return Horus(models.pairs(), fragmentation=models.fragmentation(), **_coerce(Horus, raw))
+    if name in FRAGMENTATION_POLICIES:
+        cls = FRAGMENTATION_POLICIES[name]
+        return cls(None, fragmentation=models.fragmentation(), **_coerce(cls, raw))
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES + ('deepboot-nolend',))})")
 
 

@@ -27,13 +27,21 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
   tail of a burst or of a trace), a waiting job predicted to run longer than ``guard`` × the
   predicted time to drain the cluster (work waiting plus work running, over the GPUs) starts first,
   so that SJF does not leave the longest jobs alone at the end;
-* every pair observed while it runs replaces the model's prediction for that pair (learning).
+* every pair observed while it runs replaces the model's prediction for that pair (learning);
+* fractional requests (``gpu_units``: shards, milli-GPU), CPU-only ones, and whole GPUs asked
+  exclusively where the workload has fractional requests: FGD's rule
+  (``placement/fragmentation.py``, ATC'23) — the GPU where the expected fragmentation grows least —
+  and among the GPUs within ``frag_tolerance`` milli-GPU of that least increase, the one whose
+  residents the job is predicted to slow least (the job's throughput + ½ its partner's); a GPU where
+  the job or its first resident is predicted under ``min_tput`` is never taken: a fuller cluster
+  that does not slow its jobs down.
 
 Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independent choices.
 """
 
 import numpy as np
 
+from ..fragmentation import FragmentationModel
 from ..framework import NEG_INF, Policy, pressure
 from .sjf_bsbf import pair_benefit
 
@@ -54,6 +62,34 @@ class Horus(Policy):
     require_benefit = True  # a pair must also pass SJF-BSBF's test (sharing beats waiting)
     free_score = 1.0  # a free GPU under pressure ranks like a pair of this value
     score_rule = "own"  # or "combined": rank qualifying pairs by the sum of both throughputs
+    frag_tolerance = 0.0  # milli-GPU: fragmentation increases this close to the least count as equal
+
+    def __init__(self, pairs=None, fragmentation=None, **options):
+        super().__init__(pairs, **options)
+        self.fragmentation = fragmentation if fragmentation is not None else FragmentationModel()
+
+    def running_job(self, req, decision, now):
+        # the workload fragmentation is measured against: the requests that ran (a decision may be
+        # asked and not applied: a dry run, an offer, a job that waits)
+        self.fragmentation.observe(req)
+        return super().running_job(req, decision, now)
+
+    def score_cpu_nodes(self, state, req, nodes):
+        return -self.fragmentation.delta_nodes(state, req, nodes)
+
+    def _score_fraction(self, cycle):
+        """A fraction of a GPU: least fragmentation, then least interference (see the docstring)."""
+        delta = self.fragmentation.delta_for(cycle.state, cycle.req, cycle.idx)
+        jt, rt, free = cycle.job_tput, cycle.res_tput, cycle.free
+        harmless = free | ((jt >= self.min_tput) & (rt >= self.min_tput))
+        if not harmless.any():
+            cycle.notes["wait_reason"] = "every GPU with room runs a job predicted to slow it too much"
+            return np.full(len(delta), NEG_INF)
+        best = delta[harmless].min()
+        near = harmless & (delta <= best + self.frag_tolerance)
+        value = np.where(free, 1.5, jt + 0.5 * rt)
+        cycle.notes["reason"] = "fraction: least fragmentation, least interference"
+        return np.where(near, 1e9 + value, np.where(harmless, -delta, NEG_INF))
 
     def queue_key(self, req):
         if self.order_rule == "fifo":
@@ -69,7 +105,13 @@ class Horus(Policy):
         drain = (ctx.waiting_work + running) / max(state.n_gpus, 1)
         return self.guard * drain
 
+    def _fractional_workload(self) -> bool:
+        return any(shape.units > 0 for shape, _ in self.fragmentation.typical)
+
     def score_gpus(self, cycle):
+        req = cycle.req
+        if req.gpu_units > 0 or (req.exclusive and self._fractional_workload()):
+            return self._score_fraction(cycle)
         free = cycle.free
         busy = pressure(cycle)
         if not busy and cycle.req.n_gpus <= cycle.state.n_free:

@@ -104,6 +104,8 @@ class HorusUtil(Policy):
 
     def _add(self, state, running, sign):
         gpus = np.asarray(running.gpus, dtype=np.int64)
+        if not len(gpus):
+            return  # a CPU-only job
         util, mem = self._class_arrays(state, state.gpu_type_of(int(gpus[0])))
         cid = state.classes.id(running.job_class)
         if cid >= len(util):

@@ -1,0 +1,233 @@
+"""Fractional GPUs, CPUs and host memory in the placement core; FGD's fragmentation and policies;
+the simulator's no-departure protocol (issue 21). Small made-up clusters, never the shared data."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slurm_horus.placement import ClassIndex, JobRequest, RunningJob
+from slurm_horus.placement.fragmentation import FragmentationModel, Shape, typical_shapes
+from slurm_horus.placement.policies import POLICY_NAMES, PolicyModels, make_policy
+from slurm_horus.placement.state import ClusterState
+from slurm_horus.sim.cli import simulate
+
+PRIOR = {Shape(500, 1, 4000): 3, Shape(250, 1, 8000): 2, Shape(0, 1, 12000): 4, Shape(0, 2, 16000): 1,
+         Shape(300, 1, 2000, ("t4",)): 1}
+
+
+def cluster(cap=1000):
+    state = ClusterState()
+    for k in range(6):
+        state.add_node(f"n{k}", "t4" if k % 2 else "v100", [2, 4, 8][k % 3], 16000, gpu_cap=cap,
+                       cpu_milli=[16000, 64000][k % 2], memory_mib=65536)
+    state.build()
+    return state
+
+
+def models():
+    from slurm_horus.interference import build_model
+    return PolicyModels(ClassIndex(), lambda kind: build_model("utilization"))
+
+
+def fill_randomly(state, seed=3, n=25):
+    rng = np.random.default_rng(seed)
+    for j in range(n):
+        g = int(rng.integers(state.n_gpus))
+        units = int(rng.choice([100, 250, 500]))
+        if state.gpu_left()[g] >= units and state.node_room(4000, 0)[state.gpu_node[g]]:
+            state.place(RunningJob(f"r{seed}-{j}", "x", (g,), 0, 1, gpu_units=units, cpu_milli=4000))
+
+
+def recomputed_delta(state, req, g):
+    """The increase of fragmentation by placing ``req`` on GPU ``g``, from scratch (fresh models)."""
+    before = FragmentationModel(PRIOR).total(state)
+    gpus = (g,)
+    if req.n_gpus > 1:
+        node = state.nodes[state.gpu_node[g]]
+        gpus = tuple([x for x in range(node.first_gpu, node.first_gpu + node.n_gpus)
+                      if state.gpu_njobs[x] == 0][:req.n_gpus])
+    state.place(RunningJob("probe", "x", gpus, 0, 1, gpu_units=req.gpu_units, cpu_milli=req.cpu_milli,
+                           exclusive=req.exclusive))
+    after = FragmentationModel(PRIOR).total(state)
+    state.release("probe")
+    return after - before
+
+
+@pytest.mark.parametrize("req", [JobRequest("a", "x", gpu_units=250, cpu_milli=3000),
+                                 JobRequest("b", "x", exclusive=True, cpu_milli=12000),
+                                 JobRequest("c", "x", gpus_per_node=2, exclusive=True, cpu_milli=1000)])
+def test_incremental_delta_equals_recomputing_the_fragmentation(req):
+    state = cluster()
+    fill_randomly(state)
+    model = FragmentationModel(PRIOR)
+    model.total(state)  # the cache, then kept current by node_version
+    fill_randomly(state, seed=4, n=10)
+    need = req.gpu_units or state.gpu_cap[0]
+    candidates = np.array([g for g in range(state.n_gpus) if state.gpu_left()[g] >= need
+                           and (req.n_gpus == 1 or state.node_free[state.gpu_node[g]] >= req.n_gpus)])
+    assert len(candidates) > 3
+    fast = model.delta_for(state, req, candidates)
+    slow = np.array([recomputed_delta(state, req, int(g)) for g in candidates])
+    assert np.allclose(fast, slow)
+    assert len(set(np.round(slow, 6))) > 1  # the case tells placements apart
+
+
+def test_fragment_definition_on_one_node():
+    state = ClusterState()
+    state.add_node("a", "t4", 2, 16000, cpu_milli=8000)
+    state.build()
+    model = FragmentationModel({Shape(500, 1, 1000): 1, Shape(0, 1, 1000): 1})
+    assert model.total(state) == 0.0
+    state.place(RunningJob("j", "x", (0,), 0, 1, gpu_units=300))
+    # a whole GPU cannot use GPU 0's 700 milli: half the workload sees 700 fragmented
+    assert model.total(state) == pytest.approx(350.0)
+    state.place(RunningJob("k", "x", (1,), 0, 1, gpu_units=100, cpu_milli=8000))
+    # no CPU left: every free milli is a fragment for every shape
+    assert model.total(state) == pytest.approx(700 + 900)
+
+
+def test_typical_shapes_cover_95_percent_and_leave_cpu_only_out():
+    counts = {Shape(0, 0, 1000): 50, Shape(500, 1): 60, Shape(0, 1): 30, Shape(250, 1): 8, Shape(0, 8): 2}
+    shapes = typical_shapes(counts)
+    assert [s for s, _ in shapes] == [Shape(500, 1), Shape(0, 1), Shape(250, 1)]  # 98 of 100 GPU requests
+    assert sum(p for _, p in shapes) == pytest.approx(1.0)
+
+
+ALL = [p for p in POLICY_NAMES if p not in ("oracle",)]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_policy_respects_capacity_cpus_and_whole_gpus(name):
+    policy = make_policy(name, models())
+    state = cluster(cap=8)
+    rng = np.random.default_rng(1)
+    placed = 0
+    for k in range(120):
+        kind = rng.integers(4)
+        if kind == 0:
+            req = JobRequest(f"w{k}", "unknown", exclusive=True, cpu_milli=4000)
+        elif kind == 1:
+            req = JobRequest(f"c{k}", "unknown", gpus_per_node=0, cpu_milli=6000)
+        else:
+            req = JobRequest(f"f{k}", "unknown", gpu_units=int(rng.integers(1, 8)), cpu_milli=2000, memory_mib=4096)
+        decision = policy.decide(state, req)
+        if decision.placed:
+            state.place(policy.running_job(req, decision, 0.0))
+            placed += 1
+    assert placed > 20
+    assert (state.gpu_used <= state.gpu_cap).all()
+    assert (state.node_cpu_used <= state.node_cpu_total).all()
+    assert (state.node_mem_used <= state.node_mem_total).all()
+    for job in state.jobs.values():
+        if job.exclusive:  # a whole GPU is nobody else's
+            assert all(state.gpu_jobs[g] == [job.job_id] for g in job.gpus)
+
+
+def test_time_shared_gpus_and_fractions_do_not_mix():
+    policy = make_policy("horus", models())
+    state = ClusterState()
+    state.add_node("a", "v100", 1, 16384)
+    state.build()
+    state.place(RunningJob("plain", "resnet50-bs64", (0,), 0, 100))  # interference-shared model
+    assert not policy.decide(state, JobRequest("f", "lm-bs20", gpu_units=100)).placed
+    state.release("plain")
+    state.place(RunningJob("frac", "x", (0,), 0, 100, gpu_units=100))
+    assert not policy.decide(state, JobRequest("p", "lm-bs20", predicted_duration=10)).placed
+    assert policy.decide(state, JobRequest("f2", "lm-bs20", gpu_units=900)).placed
+    assert not policy.decide(state, JobRequest("f3", "lm-bs20", gpu_units=901)).placed
+
+
+def test_fgd_keeps_whole_gpus_whole_where_first_fit_does_not():
+    state = ClusterState()
+    state.add_node("a", "t4", 2, 16000)
+    state.build()
+    state.place(RunningJob("half", "x", (1,), 0, 1, gpu_units=500))
+    m = models()
+    m.workload = {Shape(500, 1): 1, Shape(0, 1): 1}
+    req = JobRequest("j", "unknown", gpu_units=500)
+    assert make_policy("slurm-default", m).decide(state, req).gpus == {"a": [0]}
+    for name in ("fgd", "horus", "bestfit", "packing"):
+        assert make_policy(name, m).decide(state, req).gpus == {"a": [1]}, name
+
+
+def test_cpu_only_requests_take_a_node_with_cpus():
+    policy = make_policy("fgd", models())
+    state = ClusterState()
+    state.add_node("small", "t4", 1, 16000, cpu_milli=2000)
+    state.add_node("big", "t4", 1, 16000, cpu_milli=16000)
+    state.build()
+    decision = policy.decide(state, JobRequest("c", "unknown", gpus_per_node=0, cpu_milli=8000))
+    assert decision.placed and decision.nodes == ["big"] and decision.gpu_ids == ()
+    state.place(policy.running_job(JobRequest("c", "unknown", gpus_per_node=0, cpu_milli=8000), decision, 0))
+    assert state.node_cpu_used.tolist() == [0.0, 8000.0]
+    assert not policy.decide(state, JobRequest("d", "unknown", gpus_per_node=0, cpu_milli=9000)).placed
+
+
+def write_fgd_files(tmp_path, n=300):
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"n{k},{[32000, 96000][k % 2]},262144,{[2, 8][k % 2]},{['T4', 'G2'][k % 2]}\n" for k in range(10))
+        + "cpu0,64000,262144,0,nan\n")
+    rng = np.random.default_rng(0)
+    rows = []
+    for k in range(n):
+        kind = rng.integers(10)
+        gpus, milli, cpu = (0, 0, 4000) if kind == 0 else (1, int(rng.choice([250, 460, 500])), 4000) if kind < 5 \
+            else (2, 1000, 8000) if kind == 5 else (1, 1000, 8000)
+        rows.append(f"p{k},{cpu},1024,{gpus},{milli},,LS,Running,{k},{k + 10},{k}\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+                    "deletion_time,scheduled_time\n" + "".join(rows))
+    return str(nodes), str(pods)
+
+
+def test_cli_no_departure_inflates_and_reports(tmp_path):
+    nodes, pods = write_fgd_files(tmp_path)
+    out, html = tmp_path / "out.json", tmp_path / "r.html"
+    result = CliRunner().invoke(simulate, [
+        "--trace", pods, "--cluster", nodes, "--no-departure", "--inflate", "1.3", "--shuffle-seed", "2",
+        "--policy", "fgd,random,horus", "--truth", "none", "--gpu-memory-mb", "G2=32768",
+        "--json", str(out), "--report", str(html), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["cluster_gpus"] == 50
+    for name, s in data["policies"].items():
+        assert s["arrived_gpu_pct"] >= 130.0 and s["arrived_gpu_pct"] < 135.0
+        assert 50.0 < s["allocated_gpu_pct"] <= 100.0 and s["over_capacity_gpus"] == 0
+        assert s["failed"] > 0 and s["placed"] + s["failed"] == data["requests"]
+        curve = s["allocation_curve"]
+        assert [a for a, _ in curve][:130] == list(range(1, 131))
+        assert all(b2 >= b1 for (_, b1), (_, b2) in zip(curve, curve[1:]))  # nothing departs
+        assert curve[-1][1] == pytest.approx(s["allocated_gpu_pct"], abs=0.01)
+        assert 0.0 <= s["fragmentation_pct"] <= 100.0 - s["allocated_gpu_pct"] + 1e-6
+    assert data["policies"]["fgd"]["allocated_gpu_pct"] >= data["policies"]["random"]["allocated_gpu_pct"]
+    assert "<svg" in html.read_text()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--inflate", "1.3"], "--inflate and --shuffle-seed go with --no-departure"),
+    (["--no-departure", "--inflate", "-1"], "--inflate must be positive"),
+    (["--no-departure", "--gpu-memory-mb", "G2"], "--gpu-memory-mb: expected TYPE=MB"),
+])
+def test_cli_no_departure_bad_options(tmp_path, args, message):
+    nodes, pods = write_fgd_files(tmp_path, 20)
+    result = CliRunner().invoke(simulate, ["--trace", pods, "--cluster", nodes, "--truth", "none",
+                                           "--gpu-memory-mb", "G2=32768", "--policy", "fgd"] + args)
+    assert result.exit_code != 0 and message in result.output + str(result.exception)
+
+
+def test_node_list_errors_name_file_and_line(tmp_path):
+    from slurm_horus.errors import InputError
+    from slurm_horus.sim.run import parse_cluster
+    bad = tmp_path / "n.csv"
+    bad.write_text("sn,cpu_milli,memory_mib,gpu,model\na,1000,1000,2,T4\na,1000,1000,2,T4\n")
+    with pytest.raises(InputError, match="n.csv:3: duplicate node name 'a'"):
+        parse_cluster(str(bad))
+    bad.write_text("sn,cpu_milli,memory_mib,gpu,model\na,1000,1000,2,nan\n")
+    with pytest.raises(InputError, match="n.csv:2: node a has 2 GPUs but no model"):
+        parse_cluster(str(bad))
+    bad.write_text("sn,cpu_milli,memory_mib,gpu,model\na,1000,1000,2,Z9\n")
+    with pytest.raises(InputError, match="n.csv:2: unknown GPU type 'z9'"):
+        parse_cluster(str(bad))
