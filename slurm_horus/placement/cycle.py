@@ -14,7 +14,8 @@ it is asked about and in what order:
 * **queue depth** — at most ``queue_depth`` decisions per cycle (Slurm's ``default_queue_depth``);
 * **equivalence cache** — a request identical to one that did not fit since the last start is not
   asked again (the scheduling framework's equivalence class cache);
-* **reclaim** — a job the policy cannot place may have running jobs preempted for it (DeepBoot);
+* **reclaim** — a job the policy cannot place may have running jobs preempted for it, or shrunk
+  (:class:`~.elastic.Shrink`: an elastic job gives some GPUs back and keeps running; DeepBoot);
 * **slowdown limit** — a site's cap on a pair's predicted slowdown (horusd's ``slowdown_limit``):
   a shared placement predicted to slow the job more is not made, and the job waits (``max_slowdown``;
   the simulator applies it only when asked, so that it measures the site's setting too);
@@ -33,6 +34,7 @@ import numpy as np
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+from .elastic import Shrink
 from .framework import Policy, SchedulingContext
 from .request import Decision, JobRequest
 from .state import ClusterState
@@ -130,6 +132,7 @@ class PendingQueue:
 class CycleResult:
     started: List[Tuple[JobRequest, Decision]] = field(default_factory=list)
     preempted: List[str] = field(default_factory=list)  # running job ids the policy reclaimed
+    shrunk: List[Shrink] = field(default_factory=list)  # GPUs taken back from running elastic jobs
     tried: int = 0  # decisions asked of the policy
     waiting: Dict[str, str] = field(default_factory=dict)  # job id -> why it still waits (tried ones)
 
@@ -156,6 +159,31 @@ def nodes_with_room(state: ClusterState, policy: Policy) -> "np.ndarray":
 
 def may_reclaim(policy: Policy) -> bool:
     return type(policy).reclaim is not Policy.reclaim
+
+
+def reclaim_for(state: ClusterState, policy: Policy, req: JobRequest, ctx: SchedulingContext, failed: Decision,
+                preempt: Callable[[str], None], shrink: Optional[Callable[[Shrink], None]] = None,
+                explain: bool = False, result: Optional[CycleResult] = None) -> Decision:
+    """The reclaim step of the cycle, for a request the policy could not place (``failed``, returned
+    as it is when there is nothing to reclaim): the policy names
+    victims (``Policy.reclaim``: job ids, or :class:`~.elastic.Shrink`), each is preempted or shrunk
+    through the caller's callbacks (a Shrink is a whole preemption without ``shrink``), and the policy
+    decides again. The simulator's cycle and horusd (whose preemptions Slurm carries out) both reclaim
+    here, so they take the same decision. The victims go to ``result`` when given."""
+    victims = policy.reclaim(state, req, ctx)
+    if not victims:
+        return failed
+    for victim in victims:
+        if isinstance(victim, Shrink) and shrink is not None:
+            shrink(victim)
+            if result is not None:
+                result.shrunk.append(victim)
+        else:
+            victim = victim.job_id if isinstance(victim, Shrink) else victim
+            preempt(victim)
+            if result is not None:
+                result.preempted.append(victim)
+    return policy.decide(state, req, ctx, explain=explain)
 
 
 def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
@@ -188,7 +216,8 @@ def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
 def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
               start: Callable[[JobRequest, Decision], bool],
               preempt: Optional[Callable[[str], None]] = None,
-              options: Optional[CycleOptions] = None, explain: bool = False) -> CycleResult:
+              options: Optional[CycleOptions] = None, explain: bool = False,
+              shrink: Optional[Callable[[Shrink], None]] = None) -> CycleResult:
     """One scheduling pass over ``queue`` at time ``now``.
 
     ``start(req, decision)`` applies a placed decision; it returns True when the job left the queue
@@ -196,7 +225,8 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
     it could not be applied (the job stays queued). A started job must be in ``state`` when
     ``start`` returns: the next decision of the cycle sees it. ``preempt(job_id)`` takes a running job
     off its GPUs (and requeues it, if the caller wants it back) when the policy reclaims GPUs; without
-    it, nothing is reclaimed.
+    it, nothing is reclaimed. ``shrink(Shrink)`` takes some GPUs from a running elastic job, which
+    keeps the rest; a caller without it preempts the whole job instead.
     """
     options = options or CycleOptions()
     result = CycleResult()
@@ -240,12 +270,7 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
                 continue
         decision = policy.decide(state, req, ctx, explain=explain)
         if not decision.placed and reclaiming:
-            victims = policy.reclaim(state, req, ctx)
-            if victims:
-                for victim in victims:
-                    preempt(victim)
-                    result.preempted.append(victim)
-                decision = policy.decide(state, req, ctx, explain=explain)
+            decision = reclaim_for(state, policy, req, ctx, decision, preempt, shrink, explain, result)
         if decision.placed and options.max_slowdown is not None and decision.shared \
                 and decision.predicted_slowdown > options.max_slowdown:
             decision = Decision(req.job_id, False, decision.policy,

@@ -98,8 +98,9 @@ class Policy:
         """Waiting jobs predicted to run at least this long go first (inf: none; see horus)."""
         return math.inf
 
-    def reclaim(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> List[str]:
-        """Running jobs to preempt so that ``req`` can start (none by default)."""
+    def reclaim(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> list:
+        """Running jobs to preempt (their ids) or shrink (:class:`~.elastic.Shrink`) so that ``req``
+        can start (none by default)."""
         return []
 
     # ---- filter ---------------------------------------------------------------------------------

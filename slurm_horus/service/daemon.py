@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ..jobclass import UNKNOWN_CLASS
-from ..placement.cycle import CycleOptions, PendingQueue, run_cycle
+from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, reclaim_for, run_cycle
 from ..placement.duration import DurationEstimator
 from ..placement.framework import SchedulingContext
 from ..placement.request import JobRequest
@@ -257,6 +257,11 @@ class Placer:
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=request.explain)
+            # only for job_submit.lua (slurmctld): a request on the user socket is not trusted to take
+            # other jobs off the state
+            if not decision.placed and request.records and not request.from_user and not keeping and \
+                    may_reclaim(self.policy) and self.preemption.may_preempt(request.partition):
+                decision = self._reclaim(state, req, ctx, decision, request.explain)
             if not decision.placed:
                 if keeping:
                     return self._keep(req, decision.reason, request.held)
@@ -280,6 +285,32 @@ class Placer:
             elif request.offer:
                 self.offers.made(decision_id, req, decision, reply, self.clock())
             return reply
+
+    def _reclaim(self, state, req, ctx, failed, explain):
+        """The policy's reclaim (DeepBoot), taken by the scheduling cycle's own step
+        (:func:`~slurm_horus.placement.cycle.reclaim_for`, as in the simulator) for a job Slurm may
+        start by preemption (caller holds the lock). The victims leave the state and the job is pinned
+        to their GPUs, so Slurm's preemption (REQUEUE, with the partition's GraceTime) takes exactly
+        those jobs, not the ones it would pick itself. Slurm 22.05 cannot take single GPUs from a
+        running job: a shrink becomes a requeue of the job. When the job does not fit even so, the
+        victims are put back and Slurm decides."""
+        taken = []
+
+        def preempt(job_id):
+            if job_id in state.jobs:
+                taken.append(state.release(job_id))
+
+        decision = reclaim_for(state, self.policy, req, ctx, failed, preempt, explain=explain)
+        if not decision.placed:
+            for job in taken:
+                state.place(job)
+            return decision
+        if taken:
+            self.generation += 1
+            decision.reason = f"reclaimed the GPUs of job {','.join(job.job_id for job in taken)}; {decision.reason}"
+            log.info("horus: reclaim: partition %s takes the GPUs of %s (Slurm preempts them)",
+                     req.partition, ",".join(job.job_id for job in taken))
+        return decision
 
     def _keep(self, req: JobRequest, reason, held=False) -> Reply:
         """Keep the job for the queue (caller holds the lock): the reply tells job_submit.lua how. A held

@@ -1,6 +1,7 @@
 """Discrete-event simulation of one policy on one trace.
 
-Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot). Between events every
+Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot), timers of a policy's
+runtime (DeepBoot's allocation rounds, stalls and pods: ``sim/elastic.py``). Between events every
 running job progresses at its **true** normalized throughput for its co-runner set (a multi-GPU job at
 its slowest GPU), times what its placement costs it whatever the co-runners (``Truth.job_factor``:
 communication when spread over more nodes than needed, a slower micro-batch when sub-batched); when a
@@ -31,10 +32,11 @@ from ..placement.duration import (DurationEstimate, DurationEstimator, DurationS
                                   estimate_errors)
 from ..placement.framework import Policy
 from ..placement.state import ClusterState
+from .elastic import DeepBootOptions, runtime_for
 from .traces import TraceJob
 from .truth import Truth
 
-FINISH, ARRIVAL, CYCLE = 0, 1, 2  # at equal times completions go first: capacity frees before arrivals look
+FINISH, ARRIVAL, CYCLE, TIMER = 0, 1, 2, 3  # at equal times completions go first: capacity frees before arrivals look
 BAD_PAIR = 0.85
 
 
@@ -124,6 +126,7 @@ class SimOptions:
     # seconds a started job holds its GPUs beyond its work (Slurm launching the batch script, recording
     # its end): 0 ideally; the replay's live cadence too (0.2 s of wall time per job on the local cluster)
     launch_s: float = 0.0
+    deepboot: Optional[DeepBootOptions] = None  # costs and rounds of DeepBoot's runtime (sim/elastic.py)
 
 
 @dataclass
@@ -139,6 +142,7 @@ class SimResult:
     start_time: float
     durations: str = "estimated"  # what this policy knew: "estimated" or "oracle"
     duration_errors: Optional[dict] = None  # the estimator's error (estimate_errors), each job estimated when it first started
+    runtime: Dict[str, int] = None  # counters of the policy's runtime (DeepBoot: resizes, shrinks...)
 
 
 class Simulator:
@@ -182,6 +186,7 @@ class Simulator:
         self.n_observations = 0
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
+        self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
 
     @staticmethod
     def _request(t: TraceJob, width: int, default_limit: Optional[float] = None,
@@ -208,9 +213,12 @@ class Simulator:
         while self.heap:
             t = self.heap[0][0]
             self._advance(t)
-            changed = False
+            changed = timers = False
             while self.heap and self.heap[0][0] == t:
                 _, kind, _, idx, version = heapq.heappop(self.heap)
+                if kind == TIMER:
+                    timers = True
+                    continue
                 job = self.jobs[idx]
                 if kind == ARRIVAL:
                     self._enqueue(job)
@@ -225,6 +233,8 @@ class Simulator:
                         changed = True
             if changed and self.queue:
                 self._schedule()
+            if timers and self.ext.on_timer(self.now) and self.queue:
+                self._schedule()
             self.timeline.append((self.now, self.state.busy_gpus(), self.work_rate))
             if self.progress and self.done >= next_report:
                 self.progress(self.done, total)
@@ -235,10 +245,17 @@ class Simulator:
         errors = estimate_errors([j.estimate for j in estimated], [j.trace.duration for j in estimated])
         return SimResult(self.policy.name, self.jobs, self.state.n_gpus, self.busy_gpu_time,
                          _thin(self.timeline, self.options.max_timeline), self.oom_events, self.preemptions,
-                         self.n_observations, start, "oracle" if self.true_durations else "estimated", errors)
+                         self.n_observations, start, durations="oracle" if self.true_durations else "estimated",
+                         duration_errors=errors, runtime=self.ext.summary() if self.ext else {})
+
+    def push_timer(self, t: float):
+        """Wake the policy's runtime at ``t`` (``ext.on_timer``)."""
+        self._push(t, TIMER, -1)
 
     # ---- queue ----------------------------------------------------------------------------------
     def _enqueue(self, job: SimJob):
+        if self.ext is not None and self.ext.enqueue(job):
+            return  # the runtime keeps it (DeepBoot: elastic jobs wait for the next round)
         if self.estimates is not None:
             self.estimates.add(job.req)
         else:
@@ -250,7 +267,7 @@ class Simulator:
         run_cycle(self.state, self.policy, self.queue, self.now,
                   start=lambda req, decision: self._start(jobs[req.job_id], decision),
                   preempt=(lambda job_id: self._preempt(jobs[job_id])) if self.may_reclaim else None,
-                  options=self.cycle_options)
+                  options=self.cycle_options, shrink=self.ext.shrink if self.ext is not None else None)
 
     @property
     def jobs_by_id(self) -> Dict[str, SimJob]:
@@ -264,6 +281,8 @@ class Simulator:
         state = self.state
         gpus = decision.gpu_ids
         cls = with_batch(job.req.job_class, decision.micro_batch) if decision.micro_batch else job.req.job_class
+        if self.ext is not None:
+            self.ext.before_start(job, decision)
         # OOM check against the truth: the new job fails at start, the residents are unharmed
         for g in gpus:
             if state.gpu_njobs[g]:
@@ -305,11 +324,12 @@ class Simulator:
 
     def _jobs_on(self, gpus) -> List[SimJob]:
         seen, out = set(), []
+        running = self.running_by_id
         for g in gpus:
             for jid in self.state.gpu_jobs[g]:
-                if jid not in seen:
+                if jid not in seen and jid in running:  # (not a runtime's holder: DeepBoot's idle pods)
                     seen.add(jid)
-                    out.append(self.running_by_id[jid])
+                    out.append(running[jid])
         return out
 
     def _settle(self, job: SimJob):
@@ -341,6 +361,8 @@ class Simulator:
             if len(residents) == 2:
                 other = classes[1] if residents[0] == job.req.job_id else classes[0]
                 pair = (state.gpu_type_of(g), other)
+        if self.ext is not None:
+            rate *= self.ext.speed(job)
         return rate * job.factor, shared, pair
 
     def _refresh(self, jobs: Sequence[SimJob]):
@@ -380,6 +402,7 @@ class Simulator:
         return self._jobs_on(gpus)
 
     def _finish(self, job: SimJob):
+        gpus = self.state.jobs[job.req.job_id].gpus
         others = self._stop(job)
         job.work = 0.0
         job.end = self.now
@@ -393,14 +416,25 @@ class Simulator:
         else:
             self.estimator.observe(job.req.user, job.req.job_class, job.run_time)
         self._refresh(others)
+        if self.ext is not None:
+            self.ext.finished(job, gpus)
 
     def _preempt(self, job: SimJob):
         others = self._stop(job)
         job.preemptions += 1
         self.preemptions += 1
-        job.work += self.options.restart_cost
+        job.work += self.ext.preempt_work(job) if self.ext is not None else self.options.restart_cost
         self._refresh(others)
         self._enqueue(job)
+
+    def _resize(self, job: SimJob, gpus):
+        """Move a running elastic job onto ``gpus`` (exclusive GPUs: nobody else's rate changes); the
+        caller refreshes its rate."""
+        self._settle(job)
+        running = self.state.release(job.req.job_id)
+        running.gpus = tuple(gpus)
+        self.state.place(running)
+        job.gpu_types = tuple(self.state.gpu_type_of(g) for g in gpus)
 
 
 def _thin(points: List[tuple], limit: int) -> List[tuple]:

@@ -69,6 +69,8 @@ class TraceJob:
     gpu_types: tuple = ()  # accepted GPU models (lower case), () = any
     source: str = ""  # file:line, for error messages
     extra: Dict[str, str] = field(default_factory=dict)
+    # how the job scales with its replica count (Pollux-format workloads: the application's traces)
+    scaling: Optional["PolluxApplications"] = None
 
 
 def _bad(path, line, message):
@@ -219,6 +221,8 @@ class PolluxApplications:
         self.gpus_per_node = gpus_per_node
         self._steps: Dict[str, Dict[int, float]] = {}
         self._placements: Dict[str, Dict[str, List[tuple]]] = {}
+        self._scaling: Dict[str, Dict[tuple, List[tuple]]] = {}
+        self._ttt: Dict[tuple, float] = {}
 
     def _validation(self, app: str) -> Dict[int, float]:
         if app not in self._steps:
@@ -248,6 +252,74 @@ class PolluxApplications:
             self._placements[app] = table
         return self._placements[app]
 
+    def _scalability(self, app: str) -> Dict[tuple, List[tuple]]:
+        """``<app>/scalability.csv``: (nodes, replicas) -> [(local_bsz, step_time, sync_time)], the
+        measured runs wider than ``placements.csv`` covers."""
+        if app not in self._scaling:
+            table: Dict[tuple, List[tuple]] = {}
+            f = self.dir / app / "scalability.csv"
+            if f.exists():
+                for line, row in _csv_rows(f, ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")):
+                    key = (_number(f, line, row, "num_nodes", int, minimum=1),
+                           _number(f, line, row, "num_replicas", int, minimum=1))
+                    table.setdefault(key, []).append(
+                        (_number(f, line, row, "local_bsz"), _number(f, line, row, "step_time"),
+                         _number(f, line, row, "sync_time")))
+            self._scaling[app] = table
+        return self._scaling[app]
+
+    def step_rows(self, app: str, counts: Sequence[int]) -> List[tuple]:
+        """Measured (local_bsz, step_time, sync_time) rows of the placement with ``counts`` replicas per
+        node: ``placements.csv`` by its key (per-node counts in ascending order, ``(4, 2)`` → ``24``);
+        wider placements from ``scalability.csv``, the measured (nodes, replicas) nearest in ratio."""
+        counts = sorted(c for c in counts if c > 0)
+        key = "".join(str(c) for c in counts)
+        table = self._placement_table(app)
+        if key in table:
+            return sorted(table[key])
+        wide = self._scalability(app)
+        nodes, replicas = len(counts), sum(counts)
+        if wide:
+            near = min(wide, key=lambda k: (abs(math.log(k[0] / nodes)) + abs(math.log(k[1] / replicas)), k))
+            return sorted(wide[near])
+        packed = self.placement_key(replicas)
+        return sorted(table.get(packed) or table[max(table, key=lambda k: (len(k), sum(int(c) for c in k)))])
+
+    def local_bsz_range(self, app: str) -> tuple:
+        """Smallest and largest per-GPU batch size measured for ``app`` (Pollux's atomic batch range)."""
+        sizes = [r[0] for rows in self._placement_table(app).values() for r in rows]
+        return (min(sizes), max(sizes)) if sizes else (1.0, 1.0)
+
+    def time_to_target(self, app: str, counts: Sequence[int]) -> float:
+        """Seconds to the target metric on a placement (replicas per node), Pollux-style: the job runs
+        each measured batch size ``b`` it can (per-GPU batch ``ceil(b / replicas)`` at least the smallest
+        measured one; above the largest, gradient accumulation: ``s`` extra micro-steps each costing
+        ``step_time - sync_time``), steps to target = the last ``iteration`` of validation-``b``, step
+        times interpolated in the local batch size; the best ``b`` wins (Pollux picks the batch size
+        of highest goodput). ``inf`` when no batch size fits (too many replicas)."""
+        memo_key = (app, tuple(sorted(c for c in counts if c > 0)))
+        found = self._ttt.get(memo_key)
+        if found is not None:
+            return found
+        replicas = sum(memo_key[1])
+        steps_by_bsz = self._validation(app)
+        rows = self.step_rows(app, memo_key[1]) if replicas and self._placement_table(app) else []
+        best = math.inf
+        if rows and steps_by_bsz:
+            lo, hi = self.local_bsz_range(app)
+            xs = [r[0] for r in rows]
+            for bsz, steps in steps_by_bsz.items():
+                local = math.ceil(bsz / replicas - 1e-8)
+                if local < lo:
+                    continue
+                accum = math.ceil(local / hi - 1e-8) - 1
+                atomic = math.ceil(local / (accum + 1) - 1e-8)
+                step = _interp(xs, [r[1] for r in rows], atomic)
+                sync = _interp(xs, [r[2] for r in rows], atomic)
+                best = min(best, steps * (step + accum * (step - sync)))
+        self._ttt[memo_key] = best
+        return best
+
     def placement_key(self, replicas: int) -> str:
         full, rest = divmod(replicas, self.gpus_per_node)
         digits = ([str(rest)] if rest else []) + [str(self.gpus_per_node)] * full
@@ -268,6 +340,17 @@ class PolluxApplications:
         local = batch_size / replicas
         _, step_time, sync_time = min(table[key], key=lambda r: abs(r[0] - local))
         return steps * (step_time + sync_time)
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear ``y(x)`` through sorted ``xs`` (flat beyond both ends)."""
+    if x <= xs[0]:
+        return ys[0]
+    for k in range(1, len(xs)):
+        if x <= xs[k]:
+            x0, x1 = xs[k - 1], xs[k]
+            return ys[k] if x1 == x0 else ys[k - 1] + (ys[k] - ys[k - 1]) * (x - x0) / (x1 - x0)
+    return ys[-1]
 
 
 def pollux_duration(apps: PolluxApplications, app: str, replicas: int, batch_size: float):
@@ -295,7 +378,8 @@ def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
             duration = _number(path, line, row, "duration", minimum=0.0)
             model = app.split("-")[1] if app.count("-") >= 1 else app
             jobs.append(TraceJob(_text(row, "name"), submit, duration, replicas, job_class=f"infer-{model}",
-                                 partition="infer", kind="infer", source=f"{path}:{line}"))
+                                 partition="infer", kind="infer", source=f"{path}:{line}",
+                                 extra={"application": app}))
             continue
         if apps is None:
             apps = PolluxApplications(_pollux_traces_dir(path, traces_dir))
@@ -305,7 +389,7 @@ def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
             raise _bad(path, line, f"unknown application {app!r} (no traces under {apps.dir / app})")
         jobs.append(TraceJob(_text(row, "name"), submit, duration, replicas, job_class=None,
                              partition="train" if "num_task" in row else "", source=f"{path}:{line}",
-                             extra={"application": app}))
+                             extra={"application": app}, scaling=apps))
     return jobs
 
 
