@@ -3,7 +3,9 @@
 1,024 nodes x 8 GPUs, 8,000 running jobs of the built-in Gavel classes (so most GPUs are busy and
 half of them already shared), then 2,000 single-GPU requests of random known classes with the
 configured policy, as horusd's socket handler would make them (the ledger records each one, so the
-state keeps changing). Prints JSON. Goal: p99 <= 1 ms. Needs no Slurm and no ../shared data.
+state keeps changing). Prints JSON: wall-clock and CPU time (of the deciding thread) per request; on a
+loaded machine other processes preempt the benchmark, so the wall p99 measures them while the CPU p99
+measures the decision. Goal: p99 <= 1 ms. Needs no Slurm and no ../shared data.
 """
 
 import json
@@ -45,15 +47,16 @@ def main():
     policy = sys.argv[1] if len(sys.argv) > 1 else "horus"
     placer, classes = synthetic_placer(policy)
     rng = random.Random(1)
-    latencies, placed, warm = [], 0, 50
+    latencies, cpu, placed, warm = [], [], 0, 50
     for i in range(2000 + warm):
         message = {"op": "place", "gpus_per_node": 1, "num_nodes": 1, "job_class": rng.choice(classes),
                    "user": "bench", "time_limit_min": rng.choice([30, 60, 240])}
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         reply = placer.place(parse_request(message))  # what horusd does with a line: read it, decide
-        elapsed = time.perf_counter() - started
+        elapsed, cpu_elapsed = time.perf_counter() - started, time.thread_time() - cpu_started
         if i >= warm:
             latencies.append(elapsed * 1e3)
+            cpu.append(cpu_elapsed * 1e3)
             placed += reply.placed
         if len(placer.ledger) > 200:  # jobs finish: keep the cluster busy but not full
             for decision_id in list(placer.ledger.entries)[:100]:
@@ -64,7 +67,8 @@ def main():
         "benchmark": "horusd_decision_latency", "policy": policy, "nodes": 1024, "gpus": 8192,
         "running_jobs": 8000, "requests": len(lat), "placed": placed,
         "p50_ms": round(float(np.percentile(lat, 50)), 4), "p99_ms": round(float(np.percentile(lat, 99)), 4),
-        "max_ms": round(float(lat.max()), 4), "goal_p99_ms": 1.0,
+        "max_ms": round(float(lat.max()), 4), "cpu_p50_ms": round(float(np.percentile(cpu, 50)), 4),
+        "cpu_p99_ms": round(float(np.percentile(cpu, 99)), 4), "goal_p99_ms": 1.0,
     }, indent=2))
 
 

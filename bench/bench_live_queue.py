@@ -13,6 +13,9 @@ B. **same snapshot**: 2 blocker jobs hold every GPU while 16 jobs are submitted 
    paused (SIGSTOP) while the blockers are cancelled and ``sinfo``/``squeue --json`` are saved, then
    resumed: the placements of its first cycle are compared with :func:`run_cycle` run here, by the
    same placer code, on the saved snapshot (``--save DIR`` keeps the JSON: tests/data/queue_snapshot).
+   After phase A, the burst's run times are ingested into horusd's history store (what
+   horus-ingest.timer does) and horusd reloads, so both sides estimate durations from that history
+   (the placer here reads the same store); without phase A both use the time limits.
 C. **kill**: 32 jobs again; once at least 16 wait in horusd's queue, horusd is SIGKILLed. All must
    complete; the last one must start within 90 s of the kill (the lease is 30 s).
 D. **lease cost** (``--phases D``, not in the default run): N jobs kept behind blockers; the time one
@@ -41,7 +44,9 @@ from pathlib import Path
 from slurm_horus.config import load_config
 from slurm_horus.localcluster import LocalCluster
 from slurm_horus.localcluster import poll as wait_until
+from slurm_horus.service import protocol
 from slurm_horus.service.app import build_placer
+from slurm_horus.service.history import History
 from slurm_horus.service.snapshot import Snapshot
 from slurm_horus.slurm.parse import parse_sinfo, parse_squeue
 from slurm_horus.tokens import parse_gpu_list, parse_horus_tokens
@@ -126,6 +131,20 @@ def phase_burst(cluster):
     }
 
 
+def learn_history(cluster):
+    """What horus-ingest.timer does (sacct into horusd's history store), then a reload: horusd's
+    duration estimator learns the run times of the jobs that ended."""
+    import subprocess
+
+    env = dict(os.environ, HORUS_CONFIG=str(cluster.horus_config))
+    done = subprocess.run([sys.executable, "-m", "slurm_horus", "ingest", "--slurm-conf", str(cluster.slurm_conf)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        raise SystemExit(f"horus ingest failed: {done.stderr.strip()}")
+    protocol.ask({"op": "reload"}, cluster.horus_socket, timeout_s=60)
+    return protocol.ask({"op": "ping"}, cluster.horus_socket, timeout_s=5).get("duration_history_jobs", 0)
+
+
 def phase_same_snapshot(cluster, save):
     blockers = [cluster.sbatch(["--gres=gpu:4", "-J", "blocker"], "#!/bin/sh\nsleep 600\n") for _ in range(2)]
     cluster.wait_jobs(blockers, timeout=60, states=("RUNNING",))
@@ -155,9 +174,14 @@ def phase_same_snapshot(cluster, save):
         (Path(save) / "squeue.json").write_text(squeue)
     # what the shared cycle does on that snapshot, here (the same placer code horusd runs)
     os.environ["HORUS_CONFIG"] = str(cluster.horus_config)
-    placer = build_placer(load_config())
+    config = load_config()
+    placer = build_placer(config)
+    history = History(config.db).duration_estimator()  # the run times horusd reads from its store
+    if history is not None:
+        placer.set_durations(history)
     placer.load_snapshot(Snapshot(parse_sinfo(sinfo, nodes_argv[0]), parse_squeue(squeue), taken_at=time.time(),
                                   slurm_version=cluster.slurm_version()))
+    estimates = sorted({round(req.predicted_duration) for req in placer.queue})
     expected = {int(m.kept.job_id): (m.reply.gpulist, m.reply.tres) for m in placer.cycle()}
     cluster.wait_jobs(ids, timeout=120)
     first = None
@@ -175,7 +199,8 @@ def phase_same_snapshot(cluster, save):
                                       for gpu in set(placements.values()))
     expected_gpus = {j: g for j, (g, _t) in expected.items()}
     return {
-        "kept_jobs": len(ids), "placed_by_the_shared_cycle_here": len(expected),
+        "kept_jobs": len(ids), "history_jobs": history.observed if history is not None else 0,
+        "estimated_durations_s": estimates, "placed_by_the_shared_cycle_here": len(expected),
         "placed_by_horusd_first_cycle": len(first_cycle),
         "same_placements": first_cycle == expected_gpus,
         "same_pairs": pairs(first_cycle) == pairs(expected_gpus),
@@ -244,6 +269,8 @@ def main():
         if "A" in args.phases:
             out["burst"] = phase_burst(cluster)
         if "B" in args.phases:
+            if "A" in args.phases:
+                out["history_jobs_horusd_read"] = learn_history(cluster)
             out["same_snapshot"] = phase_same_snapshot(cluster, args.save)
         if "C" in args.phases:
             out["kill"] = phase_kill(cluster)

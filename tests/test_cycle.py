@@ -184,3 +184,42 @@ def test_no_room_means_no_decision():
     assert not has_room(state, policy)
     assert run_cycle(state, policy, queue, 0.0, lambda *_: pytest.fail("nothing can start")).tried == 0
     assert math.isclose(queue.work, 100.0)
+
+
+def test_a_job_asking_for_another_gpu_type_is_not_skipped_as_the_same_shape():
+    """The equivalence cache keys on everything that decides where a job may go: a job that asked for
+    a GPU type with no room does not make a job of the same class asking for another type wait."""
+    state = ClusterState(max_jobs_per_gpu=2, classes=ClassIndex())
+    state.add_node("a", "a100", 1, 40960, ("default",))
+    state.add_node("v", "v100", 1, 16384, ("default",))
+    state.build()
+    state.place(RunningJob("busy", "a", (0,), 0.0, 100.0, exclusive=True))  # the a100 is taken
+    policy = SlurmDefault()
+    queue = PendingQueue(policy)
+    queue.add(JobRequest("on-a100", "a", submit_time=1.0, gpu_type="a100"))
+    queue.add(JobRequest("on-v100", "a", submit_time=2.0, gpu_type="v100"))
+    start, order = placer(state, policy)
+    result = run_cycle(state, policy, queue, 0.0, start)
+    assert order == ["on-v100"] and set(result.waiting) == {"on-a100"}
+
+
+def test_the_slowdown_limit_keeps_a_pair_predicted_too_slow_waiting():
+    """``max_slowdown`` (horusd's slowdown_limit): a shared placement predicted to slow the job more is
+    not made; the job waits with the reason, and its shape is not asked again in that cycle."""
+    from slurm_horus.interference import build_model
+    from slurm_horus.placement import PolicyModels, make_policy
+
+    model = build_model("chain")
+    state = cluster(gpus=1)
+    policy = make_policy("sjf-bsbf", PolicyModels(state.classes, lambda kind: model))
+    state.place(RunningJob("resident", "lm-bs20", (0,), 0.0, 5000.0))
+    queue = PendingQueue(policy)
+    queue.add(req("a", 30, cls="lm-bs20"))
+    queue.add(req("b", 30, submit=1.0, cls="lm-bs20"))  # the same shape: not asked again
+    decision = policy.decide(state, queue.head(1)[0], SchedulingContext(0.0, 2, 2, 60.0))
+    assert decision.placed and decision.shared and decision.predicted_slowdown > 1.2
+    capped = run_cycle(state, policy, queue, 0.0, placer(state, policy)[0],
+                       options=CycleOptions(max_slowdown=decision.predicted_slowdown - 0.01))
+    assert capped.started == [] and capped.tried == 1 and "over the limit" in capped.waiting["a"]
+    uncapped = run_cycle(state, policy, queue, 0.0, placer(state, policy)[0])
+    assert [r.job_id for r, _d in uncapped.started] == ["a"]

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from slurm_horus.interference import build_model
+from slurm_horus.placement.cycle import PendingQueue, run_cycle
 from slurm_horus.placement.policies import PolicyModels, make_policy
 from slurm_horus.service.app import Horusd
 from slurm_horus.jobclass import job_class_of
@@ -14,6 +15,7 @@ from slurm_horus.service.protocol import parse_request
 from slurm_horus.service.snapshot import Snapshot
 from slurm_horus.slurm.gres import parse_gres
 from slurm_horus.slurm.parse import NodeInfo, QueueJob
+from slurm_horus.slurm.partitions import Preemption
 
 from shard_packing import packing_by_the_simulators_cycle
 
@@ -601,6 +603,48 @@ def test_a_shard_binding_places_nothing_where_slurm_offers_no_shards():
     placer = make_placer(nodes=[shardless])
     assert ask(placer, "resnet18-bs32")["action"] == "unchanged"
     assert ask(make_placer(binding="indexed", nodes=[shardless]), "resnet18-bs32")["action"] == "place"
+
+
+def deepboot_placer(clock):
+    """n1 trains, n2 serves inference; two training jobs borrow n2's GPUs (the older on g0)."""
+    nodes = [node("n1", gpus=2, partitions=("train",)), node("n2", gpus=2, partitions=("infer", "infer-lend"))]
+    older = dataclasses.replace(running(1, "n2", ["gpu:g0:1(IDX:0)"]), partition="infer-lend", start_time=900)
+    younger = dataclasses.replace(running(2, "n2", ["gpu:g1:1(IDX:1)"]), partition="infer-lend", start_time=960)
+    busy = [dataclasses.replace(running(10 + i, "n1", [f"gpu:g{i}:1(IDX:{i})"]), partition="train") for i in range(2)]
+    placer = Placer(None, binding="indexed", gpu_type="v100", clock=clock)
+    placer.policy = make_policy("deepboot", PolicyModels(placer.classes, lambda kind: MODEL))
+    placer.load_snapshot(Snapshot(nodes, [older, younger, *busy], taken_at=clock(),
+                                  preemption=Preemption(frozenset({"infer"}))))
+    return placer
+
+
+def test_deepboot_reclaim_in_horusd_is_the_simulator_cycles_decision():
+    """An inference job that finds no free GPU: horusd reclaims through the scheduling cycle's own
+    step (what the simulator runs) and pins the job to the victim's GPU, so that Slurm's preemption
+    takes that job (the most recently started borrower), not one of its own choosing."""
+    clock = Clock()
+    sim = deepboot_placer(clock)
+    req = sim.job_request(parse_request({"op": "place", "partition": "infer", "gpus_per_node": 1,
+                                         "num_nodes": 1, "job_class": "lm-bs20"}), "q1")
+    queue = PendingQueue(sim.policy)
+    queue.add(req)
+    preempted, started = [], []
+    run_cycle(sim.state, sim.policy, queue, clock(), lambda r, d: started.append(d) or True,
+              preempt=lambda job_id: preempted.append(sim.state.release(job_id).job_id))
+    assert preempted == ["2"] and started[0].gpus == {"n2": [1]}
+
+    placer = deepboot_placer(clock)
+    dry = ask(placer, "lm-bs20", partition="infer", dry_run=True)
+    assert dry["action"] == "unchanged" and set(placer.state.jobs) == {"1", "2", "10", "11"}  # nothing taken
+    other = deepboot_placer(clock)  # the user socket is not trusted to take jobs off the state
+    assert ask(other, "lm-bs20", partition="infer", peer="user", uid=1000)["action"] == "unchanged"
+    assert set(other.state.jobs) == {"1", "2", "10", "11"}
+    reply = ask(placer, "lm-bs20", partition="infer")
+    assert reply["nodes"] == ["n2"] and "gres:gpu:g1:1" in reply["tres"]  # the GPU of job 2
+    assert "2" not in placer.state.jobs and "1" in placer.state.jobs and "reclaimed the GPUs of job 2" in reply["reason"]
+    # training asks for no reclaim: it waits (or is left to Slurm)
+    assert ask(placer, "resnet50-bs64", partition="train")["action"] != "place"
+    assert {"1", "10", "11"} <= set(placer.state.jobs) and "2" not in placer.state.jobs
 
 
 @pytest.mark.parametrize("policy", ["horus", "fgd"])

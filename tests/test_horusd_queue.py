@@ -211,3 +211,51 @@ def test_jobs_slurm_may_start_by_preempting_are_never_kept():
     placer.preemption = lending
     assert ask(placer, "lm-bs20", keep=True, reply="kv", partition="infer")["action"] == "unchanged"  # Slurm preempts
     assert ask(placer, "lm-bs20", keep=True, reply="kv", partition="train")["action"] == "keep"
+
+
+def test_the_jobs_horusd_decides_about_carry_the_duration_estimate_of_the_history():
+    """One estimator (placement/duration.py) fed with the history store's finished jobs: kept jobs,
+    submissions and running jobs all carry its answer (the user's runs of that class, else the class's,
+    capped by the time limit); before any history, the time limit."""
+    from slurm_horus.placement.duration import estimator_from_records
+    from slurm_horus.service.protocol import parse_request
+
+    jobs = full() + [kept(1, "lm-bs20"), kept(2, "resnet18-bs32")]
+    placer = make_placer(jobs=jobs)
+    assert {r.job_id: r.predicted_duration for r in placer.queue} == {"1": 3600.0, "2": 3600.0}  # the limit
+    assert placer.state.jobs["100"].expected_end == 950.0 + 3600.0  # its start + the limit
+    rows = [{"user": "u", "job_class": "lm-bs20", "elapsed_s": s, "end_time": 100 + s, "n_gpus": 0, "shards": 1}
+            for s in (500, 600, 700)]
+    rows += [{"user": "w", "job_class": "resnet18-bs32", "elapsed_s": 7200, "end_time": 50, "n_gpus": 1}]
+    placer.set_durations(estimator_from_records(rows))
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], jobs, taken_at=placer.clock()))
+    # user+class: the median of u's lm-bs20 runs; class: w's run, capped by the 60-minute limit
+    assert {r.job_id: r.predicted_duration for r in placer.queue} == {"1": 600.0, "2": 3600.0}
+    # a running job of u (class unknown): u's runs, from its start (950), before Slurm's end (5000)
+    assert placer.state.jobs["100"].expected_end == 950.0 + 600.0
+    request = parse_request({"op": "place", "job_class": "lm-bs20", "user": "u", "time_limit_min": 5})
+    assert placer.job_request(request, "d1").predicted_duration == 300.0  # capped by its own 5 minutes
+
+
+def test_horusd_reads_the_run_times_of_the_history_store(tmp_path):
+    """The edge: history.py reads the store's finished GPU jobs (whole GPUs or shards; not CPU jobs, not
+    running ones) and hands a fed estimator over."""
+    from slurm_horus.service.history import History
+    from slurm_horus.store.db import open_db
+
+    db_path = tmp_path / "h.db"
+    db = open_db(db_path)
+    base = {"cluster": "c", "user": "u", "job_class": "lm-bs20", "state": "COMPLETED"}
+    db["jobs"].insert_all([
+        {**base, "job_id": 1, "elapsed_s": 400, "end_time": 1000, "n_gpus": 1, "shards": 0},
+        {**base, "job_id": 2, "elapsed_s": 600, "end_time": 2000, "n_gpus": 0, "shards": 1},
+        {**base, "job_id": 3, "elapsed_s": 9000, "end_time": 3000, "n_gpus": 0, "shards": 0},  # CPU only
+        {**base, "job_id": 4, "elapsed_s": 50, "end_time": None, "n_gpus": 1, "shards": 0},  # still running
+        {**base, "job_id": 5, "elapsed_s": 800, "end_time": 4000, "n_gpus": 1, "shards": 0, "state": "NODE_FAIL"},
+    ])
+    got = []
+    history = History(str(db_path), on_durations=got.append)
+    estimator = history.load_durations()
+    assert got == [estimator] and estimator.observed == 2
+    assert estimator.estimate("u", "lm-bs20").seconds == 500.0
+    assert History(str(tmp_path / "nothere" / "x" / "\0bad")).duration_estimator() is None  # unreadable: None

@@ -140,6 +140,33 @@ def test_a_restarted_horusd_finds_its_queue_and_places_it(clean):
         assert tokens(clean)[job][1]["mode"] in ("shared", "shareable") and ran_where_token_says(clean, job)
 
 
+def test_horusd_estimates_run_times_from_its_history_store(clean):
+    """The duration estimator on the real daemon: horusd reads the finished jobs of its history store
+    (what ``horus ingest`` writes there; inserted here) when it (re)starts, and the jobs its cycle starts
+    carry the estimate (the user's median run of that class, capped by the limit), not the limit."""
+    from slurm_horus.config import load_config
+    from slurm_horus.store.db import open_db
+
+    blockers = fill(clean)
+    kept = {cls: submit(clean, cls, seconds=2, extra=["-t", "10"]) for cls in ("resnet18-bs32", "lm-bs20")}
+    assert wait_until(lambda: kept_now(clean, list(kept.values())), 10)
+    user = next(j.user for j in clean.queue() if j.job_id == kept["lm-bs20"])
+    db = open_db(load_config(path=str(clean.horus_config), environ={}).db)
+    runs = [("resnet18-bs32", 30), ("resnet18-bs32", 40), ("resnet18-bs32", 50), ("lm-bs20", 900), ("lm-bs20", 1500)]
+    db["jobs"].insert_all([{"cluster": "history", "job_id": 9000 + k, "user": user, "job_class": cls, "state": "COMPLETED",
+                            "elapsed_s": run, "end_time": 1000 + k, "n_gpus": 0, "shards": 1}
+                           for k, (cls, run) in enumerate(runs)], replace=True)
+    # horusd feeds its estimator at start, every 5 minutes, and when it reloads
+    assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60) == {"ok": True, "reloaded": True}
+    assert protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)["duration_history_jobs"] >= len(runs)
+    clean.run(["scancel"] + [str(b) for b in blockers])
+    clean.wait_jobs(list(kept.values()), timeout=60)
+    log = (clean.root / "log" / "horusd.log").read_text()
+    expected = {int(j): float(s) for j, s in re.findall(r"decision job=(\d+) .*action=start .*expected_s=(\d+)", log)}
+    # resnet18: the median of 30, 40, 50; lm-bs20: the median of 900 and 1500, capped by its 10 minutes
+    assert expected.get(kept["resnet18-bs32"]) == 40 and expected.get(kept["lm-bs20"]) == 600, (kept, [line for line in log.splitlines() if "decision" in line or "duration" in line][-12:])
+
+
 def test_the_kill_switch_lets_every_kept_job_go_at_once(clean):
     blockers = fill(clean)
     kept = [submit(clean, "a3c", seconds=2) for _ in range(2)]

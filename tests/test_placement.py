@@ -406,3 +406,90 @@ def test_horus_never_pairs_two_long_jobs_that_lose_on_completion_time():
     assert not run(policy, state, JobRequest("long", "n", predicted_duration=10000.0),
                    n_waiting=3, waiting_gpus=3).placed
     assert run(policy, state, JobRequest("short", "n", predicted_duration=100.0), n_waiting=3, waiting_gpus=3).shared
+
+
+@pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0},
+                                     {"require_benefit": False, "bsbf_gain": 0.0}, {"score_rule": "combined"}])
+def test_horus_per_class_scoring_is_the_per_gpu_rule(options):
+    """On one GPU type horus scores by resident class (fast path); it must equal the per-GPU rule."""
+    from slurm_horus.placement.framework import Cycle
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(4)
+    classes = [f"k{i}" for i in range(6)]
+    values = {(a, b): float(rng.uniform(0.2, 1.0)) for a in classes for b in classes}
+    state = cluster(8, 4)
+    policy = Horus(PairTable(TablePredictor(values), state.classes), min_combined_known=1.05, **options)
+    for g in range(0, 30):  # residents with expected ends from soon to much later
+        state.place(RunningJob(f"r{g}", classes[g % 6], (g,), 0.0, float(rng.uniform(10, 5000))))
+    ctx = SchedulingContext(100.0, 40, 40)
+    ctx.extra["window"] = [state.classes.id(c) for c in classes[:3]]
+    outcomes = set()
+    for c in classes:
+        for duration in (50.0, 500.0, 50000.0):
+            cycle = Cycle(state, JobRequest("n", c, predicted_duration=duration), ctx, state.classes.id(c))
+            cycle.idx = np.flatnonzero(policy.filter_gpus(cycle))
+            policy._fill_predictions(cycle)
+            fast, fast_ok = policy._score_by_class(cycle)
+            slow, slow_ok = policy._score_per_gpu(cycle)
+            assert np.array_equal(fast, slow), (c, duration)
+            shared = ~cycle.free
+            assert np.array_equal(fast_ok[shared], slow_ok[shared])
+            outcomes |= set(np.isfinite(fast[shared]).tolist())
+    assert outcomes == {True, False}  # some pairs qualified, some did not: the comparison tested both
+
+
+@pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0}, {"free_score": 1.3},
+                                     {"score_rule": "combined"}, {"min_combined_known": 1.05}])
+def test_horus_quick_decision_is_the_pipelines(options):
+    """horus's 1-GPU shortcut (decide_quickly) must give exactly the pipeline's decision: random
+    loaded clusters, with and without free GPUs, pressure, a window, measured pairs, ties."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(7)
+    classes = [f"k{i}" for i in range(8)]
+    # few distinct binary fractions, so that classes tie on their score and pairs tie with a free GPU
+    # (0.75 + 0.5 * 0.5 == 1.0 exactly)
+    values = {(a, b): float(rng.choice([0.375, 0.5, 0.625, 0.75, 0.875])) for a in classes for b in classes}
+    seen = set()
+    for trial in range(60):
+        state = cluster(6, 4, partitions=("p",) if trial % 5 else ("p", "q"))
+        policy = Horus(PairTable(TablePredictor(values), state.classes), **options)
+        for k in range(int(rng.integers(0, 3))):
+            policy.observe("v100", classes[k], classes[k + 1], 0.75)
+        busy = rng.permutation(24)[:int(rng.integers(14, 25))]
+        for g in busy:
+            exclusive = bool(rng.random() < 0.1)
+            state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (int(g),), 0.0, float(rng.uniform(50, 9000)),
+                                   exclusive=exclusive))
+        ctx = SchedulingContext(100.0, int(rng.integers(1, 60)), int(rng.integers(1, 60)))
+        if trial % 2:
+            ctx.extra["window"] = [state.classes.id(str(c)) for c in rng.choice(classes, 4)]
+        for k in range(6):
+            req = JobRequest(f"n{k}", str(rng.choice(classes)), predicted_duration=float(rng.choice([30, 600, 20000])),
+                             partition=str(rng.choice(["", "p", "q"])))
+            quick = policy.decide(state, req, ctx)
+            full = Policy.decide(policy, state, req, ctx, explain=True)  # explain: never the shortcut
+            full.candidates = []
+            assert quick.to_dict() == full.to_dict(), (trial, k, options)
+            seen.add((quick.placed, quick.shared))
+    assert seen >= {(True, True), (True, False), (False, False)}  # every kind of answer was compared
+
+
+def test_horus_quick_decision_breaks_a_tie_with_a_free_gpu_like_the_pipeline():
+    """A pair scoring exactly a free GPU's 1.0 on a lower GPU wins (first of the highest), both ways."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus import Horus
+
+    values = {("b", "a"): 0.75, ("a", "b"): 0.5}  # value = 0.75 + 0.5 * 0.5 = 1.0 exactly
+    for resident_gpu, expected_shared in ((0, True), (1, False)):
+        state = cluster(1, 2)
+        policy = Horus(PairTable(TablePredictor(values, default=0.5), state.classes))
+        state.place(RunningJob("r", "a", (resident_gpu,), 0.0, 5000.0))
+        ctx = SchedulingContext(100.0, 5, 5)  # pressure: 5 GPUs asked, 1 free
+        req = JobRequest("n", "b", predicted_duration=100.0)
+        quick = policy.decide(state, req, ctx)
+        full = Policy.decide(policy, state, req, ctx, explain=True)
+        assert quick.placed and quick.shared == full.shared == expected_shared
+        assert quick.gpu_ids == full.gpu_ids == (0,)

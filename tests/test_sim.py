@@ -36,11 +36,11 @@ def constant_truth(value):
     return Truth([], classes=CLASSES, constant=value, name=str(value))
 
 
-def simulate_all(truth, policies, trace=None, groups=None, knows_truth=True, seed=0):
+def simulate_all(truth, policies, trace=None, groups=None, knows_truth=True, seed=0, options=None):
     groups = groups or [NodeGroup(2, 2, "v100", 16384.0)]
     factory = (lambda kind: TruthPredictor(truth)) if knows_truth else None
     results = run_policies(trace or make_trace(), groups, truth, policies, seed=seed, holdout=False,
-                           predictor_factory=factory)
+                           predictor_factory=factory, options=options)
     return {r.policy: (r, summarize(r)) for r in results}
 
 
@@ -54,9 +54,13 @@ def test_no_interference_sharing_never_loses_to_exclusive():
 
 def test_all_infeasible_truth_makes_sharing_policies_exclusive():
     # horus's makespan guard reorders the queue, so its exclusive twin is itself without the guard
+    # (the oracle knows the true durations: its twin is sjf told them too)
     twins = {k: v for k, v in EXCLUSIVE_TWIN.items() if k not in ("horus", "oracle")}
-    twins.update({"horus/guard=0": "sjf", "oracle/guard=0": "sjf"})
+    twins.update({"horus/guard=0": "sjf"})
     out = simulate_all(constant_truth(0.0), list(twins) + ["sjf", "slurm-default", "horus"])
+    told = simulate_all(constant_truth(0.0), ["oracle/guard=0", "sjf"], options=SimOptions(durations="oracle"))
+    out["oracle/guard=0"], out["sjf (oracle durations)"] = told["oracle/guard=0"], told["sjf"]
+    twins["oracle/guard=0"] = "sjf (oracle durations)"
     assert all(j.shared_time == 0 for j in out["horus"][0].jobs)
     for sharing, exclusive in twins.items():
         mine = sorted((j.req.job_id, j.first_start, j.end) for j in out[sharing][0].jobs)
@@ -177,6 +181,22 @@ def test_cli_compares_policies_and_writes_outputs(tmp_path):
     assert "<svg" in html and "horus" in html
 
 
+def test_cli_time_unit_ms(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                     + "".join(f"{k},1,{k * 1000},1,m,{7200000 + k * 1000},0\n" for k in range(4)))
+    args = ["--trace", str(trace), "--cluster", "1x2:v100", "--policy", "slurm-default", "--no-progress",
+            "--json", str(tmp_path / "s.json")]
+    read_as_s = CliRunner().invoke(simulate, args)
+    assert read_as_s.exit_code == 0, read_as_s.output
+    assert "look like milliseconds" in read_as_s.output
+    makespan_s = json.loads((tmp_path / "s.json").read_text())["policies"]["slurm-default"]["makespan"]
+    read_as_ms = CliRunner().invoke(simulate, args + ["--time-unit", "ms"])
+    assert read_as_ms.exit_code == 0 and "milliseconds" not in read_as_ms.output
+    makespan_ms = json.loads((tmp_path / "s.json").read_text())["policies"]["slurm-default"]["makespan"]
+    assert makespan_ms == pytest.approx(makespan_s / 1000)
+
+
 @pytest.mark.parametrize("rows,message", [
     (["j1,0,100,1,a3c", "j2,5,-3,1,a3c"], ":3: duration='-3' must be >= 0.0"),
     (["j1,0,100,1,nosuchclass"], ":2: unknown class 'nosuchclass'"),
@@ -287,3 +307,22 @@ def test_live_cadence_delays_the_cycle_after_an_end_and_holds_gpus_for_the_launc
     # every job holds its GPU 5 s longer than its work
     assert run(launch_s=5.0, end_to_cycle_s=30.0) == {"a": (0.0, 105.0), "b": (135.0, 190.0),
                                                       "c": (500.0, 545.0)}
+
+
+def test_the_slowdown_limit_is_a_run_option_of_the_simulator(capsys):
+    """horusd's slowdown_limit, applied by the one cycle: at 1.0 no pair is predicted fast enough, so
+    nothing shares; without it the same run shares; below 1 it is one clear error."""
+    from slurm_horus.cli import main
+
+    truth = random_truth()
+    groups = [NodeGroup(2, 2, "v100", 16384.0)]
+    jobs = make_trace(60, seed=5, span=40.0)
+    shared = {}
+    for limit in (None, 1.0):
+        results = run_policies(jobs, groups, truth, ["horus"], holdout=False, seed=0,
+                               options=SimOptions(max_slowdown=limit))
+        shared[limit] = sum(j.ever_shared for j in results[0].jobs)
+    assert shared[None] > 0 and shared[1.0] == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--trace", "nope.csv", "--slowdown-limit", "0.5", "--no-progress"])
+    assert exit_info.value.code == 2 and "--slowdown-limit must be at least 1" in capsys.readouterr().err

@@ -112,6 +112,23 @@ def test_tiresias_csv(tmp_path):
         ("1", 2, 10.0, 3600.0, {"model": "resnet50"})]
 
 
+def test_tiresias_time_unit_ms_and_the_warning(tmp_path):
+    from slurm_horus.sim.traces import time_unit_warning
+    rows = "".join(f"{k},1,{k * 60000},10,resnet50,{(k + 2) * 3600000},0\n" for k in range(5))
+    path = write(tmp_path, "t.csv", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n" + rows)
+    as_seconds = read_trace(path)
+    assert [j.duration for j in as_seconds] == [(k + 2) * 3600000.0 for k in range(5)]
+    warning = time_unit_warning(as_seconds)
+    assert "look like milliseconds" in warning and "--time-unit ms" in warning
+    in_ms = read_trace(path, time_unit="ms")
+    assert [(j.submit_time, j.duration) for j in in_ms] == [(k * 60.0, (k + 2) * 3600.0) for k in range(5)]
+    assert time_unit_warning(in_ms) is None
+    with pytest.raises(InputError, match="Tiresias-format traces only"):
+        read_trace(write(tmp_path, "g.csv", "submit_time,duration,num_gpus\n0,100,1\n"), time_unit="ms")
+    with pytest.raises(InputError, match="time unit 'h'"):
+        read_trace(path, time_unit="h")
+
+
 def test_alibaba_pods(tmp_path):
     path = write(tmp_path, "pods.csv",
                  "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"

@@ -34,7 +34,25 @@ echo "micro=$HORUS_MICRO_BATCH accum=$HORUS_GRAD_ACCUM"
 
 @pytest.fixture(scope="module")
 def cluster():
-    yield from local_cluster(nodes=1, gpus=2, horus=True)
+    stray = os.environ.get("HORUS_CONFIG")
+    os.environ["HORUS_CONFIG"] = "/nonexistent/another-cluster/horus.conf"  # a caller's stray setting
+    try:
+        started = local_cluster(nodes=1, gpus=2, horus=True)
+        cluster = next(started)
+    finally:
+        if stray is None:
+            del os.environ["HORUS_CONFIG"]
+        else:
+            os.environ["HORUS_CONFIG"] = stray
+    yield cluster
+    next(started, None)
+
+
+def test_slurmctld_reads_this_clusters_site_file_whatever_the_callers_environment(cluster):
+    ctld = next(d["pid"] for d in cluster.daemons if d["name"] == "slurmctld")
+    with open(f"/proc/{ctld}/environ", "rb") as environ:
+        values = dict(v.split(b"=", 1) for v in environ.read().split(b"\0") if b"=" in v)
+    assert values[b"HORUS_CONFIG"].decode() == str(cluster.horus_config)
 
 
 def sbatch(cluster, *args):
@@ -61,7 +79,8 @@ def test_a_decision_at_submission_sets_the_environment(cluster, tmp_path):
     site = cluster.horus_config
     original = site.read_text()
     try:
-        site.write_text(original + f"socket = {front.socket_path}\n")  # the last setting wins
+        # the last setting wins; a loaded machine may answer slower than the default 100 ms
+        site.write_text(original + f"socket = {front.socket_path}\ntimeout_ms = 3000\n")
         time.sleep(1.2)  # job_submit.lua re-reads the site file at most once a second
         script = tmp_path / "show.sh"
         script.write_text(SHOW)

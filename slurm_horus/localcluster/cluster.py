@@ -489,6 +489,11 @@ class LocalCluster:
     def _daemon_env(self):
         env = self.env
         env[procs.MARKER_VAR] = self.marker
+        # job_submit.lua inside slurmctld reads HORUS_CONFIG first: this cluster's site file, never one
+        # the caller's environment names (another cluster's, or the real site's)
+        env.pop("HORUS_CONFIG", None)
+        if self.horus:
+            env["HORUS_CONFIG"] = str(self.horus_config)
         return env
 
     def _record(self, name, pid):

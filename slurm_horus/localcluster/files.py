@@ -100,6 +100,21 @@ def slurm_conf(layout, ports, nodes, gpus, cluster_name, with_dbd, job_submit_pl
     return "\n".join(lines) + "\n"
 
 
+def deepboot_conf(train_nodes, infer_nodes, grace_s=10):
+    """(PartitionName lines, other slurm.conf lines) of hpc_configs/slurm.conf.deepboot for a local
+    cluster: ``train`` and ``infer`` partitions, ``infer-lend`` (training on idle inference GPUs,
+    requeued when inference preempts it, with ``grace_s`` of GraceTime) and ``train-lend`` over both
+    (a multi-node borrower that can be shrunk off the inference nodes)."""
+    lend = f"MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime={grace_s}"
+    partitions = [
+        f"PartitionName=train Nodes={train_nodes} Default=YES MaxTime=INFINITE State=UP PriorityTier=1",
+        f"PartitionName=infer Nodes={infer_nodes} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF",
+        f"PartitionName=infer-lend Nodes={infer_nodes} {lend}",
+        f"PartitionName=train-lend Nodes={train_nodes},{infer_nodes} {lend}",
+    ]
+    return partitions, ["PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE"]
+
+
 def gres_conf(layout, nodes, gpus, shards_per_gpu=SHARDS_PER_GPU):
     """gres.conf: one typed gpu line and one shard line per fake GPU (``%n`` does not work in File=)."""
     lines = ["AutoDetect=off"]

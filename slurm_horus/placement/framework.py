@@ -67,6 +67,8 @@ class Policy:
     # whether a decision depends on the job's predicted duration (not only its class and shape):
     # callers may reuse a "does not fit" answer for an identical request while nothing changed
     uses_duration = False
+    # the simulator's reference: reads the true durations (and its pair table is the truth)
+    perfect_knowledge = False
 
     def __init__(self, pairs: Optional[PairTable] = None, **options):
         self.pairs = pairs
@@ -96,8 +98,9 @@ class Policy:
         """Waiting jobs predicted to run at least this long go first (inf: none; see horus)."""
         return math.inf
 
-    def reclaim(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> List[str]:
-        """Running jobs to preempt so that ``req`` can start (none by default)."""
+    def reclaim(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> list:
+        """Running jobs to preempt (their ids) or shrink (:class:`~.elastic.Shrink`) so that ``req``
+        can start (none by default)."""
         return []
 
     # ---- filter ---------------------------------------------------------------------------------
@@ -265,6 +268,10 @@ class Policy:
         if len(cycle.idx) < req.n_gpus:
             return Decision(req.job_id, False, self.name, reason="not enough free or shareable GPUs",
                             n_feasible=len(cycle.idx))
+        if not explain:
+            quick = self.decide_quickly(cycle)
+            if quick is not None:
+                return quick
         self._fill_predictions(cycle)
         # a predicted 0 means the pair cannot run together (memory): never a candidate
         cycle.score = np.where(cycle.job_tput > 0, self.score_gpus(cycle), NEG_INF)
@@ -275,6 +282,23 @@ class Policy:
             return Decision(req.job_id, False, self.name, reason=str(reason), candidates=cands,
                             n_feasible=len(cycle.idx))
         return self._decision(cycle, chosen, cands)
+
+    def decide_quickly(self, cycle: Cycle) -> Optional[Decision]:
+        """A shortcut to the pipeline's answer (never a different one), or None to run the pipeline.
+
+        Called after the filter, when no explanation is asked; a policy whose rule allows it can find
+        the GPU the pipeline would select without scoring every feasible GPU (see horus)."""
+        return None
+
+    def _decision_at(self, cycle: Cycle, positions: Sequence[int]) -> Decision:
+        """The Decision for the GPUs at ``positions`` of ``cycle.idx``: predictions are filled for
+        those GPUs only (what :meth:`decide_quickly` needs)."""
+        n_feasible = len(cycle.idx)
+        cycle.idx = cycle.idx[np.asarray(positions)]
+        self._fill_predictions(cycle)
+        decision = self._decision(cycle, np.arange(len(cycle.idx)), [])
+        decision.n_feasible = n_feasible
+        return decision
 
     def _decision(self, cycle: Cycle, chosen: np.ndarray, cands: List[Candidate]) -> Decision:
         state, req = cycle.state, cycle.req

@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .elastic import ElasticSpec
+
 
 @dataclass
 class JobRequest:
@@ -20,6 +22,8 @@ class JobRequest:
     submit_time: float = 0.0
     exclusive: bool = False  # the user asked for whole GPUs
     extra_partitions: Tuple[str, ...] = ()  # partitions it may borrow from (DeepBoot lending)
+    application: str = ""  # what it runs (DeepBoot: an inference pod kept warm serves one application)
+    elastic: Optional[ElasticSpec] = None  # resizable: the scheduler picks its replica count
     gpu_type: str = ""  # "" = any; else only GPUs of this type (the user asked for it)
     # fractional GPU (issue 21): units of one GPU's capacity (milli-GPU in the simulator, shards on a
     # live shard cluster); 0 = not a fraction (whole GPUs, or the interference model's sharing)

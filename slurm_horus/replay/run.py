@@ -38,9 +38,11 @@ class Knowledge:
     ``holdout``: whether the policies' priors hide the truth GPU type's measured pairs. horusd builds
     its model from the built-in priors as shipped (``interference.build_model``), Gavel's V100 and
     P100 pairs included, so a replay against ``gavel:v100`` does not hide them.
-    ``durations``: what a policy is told of a job's run time (``SimOptions.durations``): horusd knows
-    the job's time limit only (``"limit"``); the trace's true durations are the simulator's
-    ``"oracle"``. Issue 11's duration estimator becomes the live knowledge once horusd has it.
+    ``durations``: what a policy is told of a job's run time (``SimOptions.durations``). horusd's
+    duration estimator learns from the run times in its history store (read at start and every 5
+    minutes); a replay's fresh cluster has none and a replay lasts about 4 minutes, so the live
+    knowledge is the time limit only (``"limit"``: the simulator's estimator that never learns); the
+    trace's true durations are the simulator's ``"oracle"``.
     """
 
     holdout: bool = False

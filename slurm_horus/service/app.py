@@ -4,7 +4,8 @@ Lifecycle: read config → build the interference model and the policy → first
 listen. A background thread refreshes the cluster state every ``refresh_s``; another runs the
 scheduling cycle over the jobs horusd keeps (after every refresh, at least every ``cycle_s``) and
 starts what it places (mover.py); a third renews the kept jobs' lease; SIGHUP (or a
-``{"op": "reload"}`` on the controller socket) re-reads the site file and the fitted model and swaps
+``{"op": "reload"}`` on the controller socket) re-reads the site file, the fitted model and the run
+times of the history store (the duration estimator; also every 5 minutes) and swaps
 them in between two requests, so no request is dropped. SIGTERM/SIGINT stop cleanly.
 
 Failover: with a backup controller (``SlurmctldHost`` twice), horusd runs beside each slurmctld, each
@@ -168,8 +169,9 @@ class Horusd:
         self._rebuilding = False  # took over, state not read from squeue yet
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
                                on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start(),
-                               is_active=lambda: self.active)
+                               is_active=lambda: self.active, on_durations=self.set_durations)
         self.placer = build_placer(config, predictor_factory, self.history)
+        self.durations = None  # the duration estimator fed from the history store (None: not read yet)
         self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None, after_reply=self.after_reply)
         self._decision_ms = 0.0
         self.stopping = threading.Event()
@@ -187,6 +189,12 @@ class Horusd:
         self.fatal = None  # why horusd must exit
         self._reload_lock = threading.Lock()  # SIGHUP, a refit and the controller socket may all ask at once
         self.frontend.on_fatal = self._die
+
+    def set_durations(self, estimator):
+        """A duration estimator fed with fresh history: the placer uses it from its next decision."""
+        self.durations = estimator
+        self.placer.set_durations(estimator)
+        log.info("horus: duration estimates from %d finished GPU jobs of the history store", estimator.observed)
 
     def _wire(self, placer):
         placer.on_left_to_slurm = self.wake.set
@@ -206,7 +214,8 @@ class Horusd:
                     "refresh_interval_s": round(self.refresh_interval, 3), "policy": self.config.policy,
                     "pid": os.getpid(), "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s,
                     "active": self.active, "controller": self.controller_host, "in_control": self.in_control,
-                    "jobs": len(self.placer.state.jobs) if self.placer.state is not None else 0}
+                    "jobs": len(self.placer.state.jobs) if self.placer.state is not None else 0,
+                    "duration_history_jobs": self.placer.durations.observed}
         if not self.active and op != "reload":
             if op in ("claim", "left"):
                 return None  # notifications
@@ -410,6 +419,9 @@ class Horusd:
     def _reload(self):
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
+        self.durations = self.history.duration_estimator() or self.durations  # the run times ingested since
+        if self.durations is not None:
+            placer.set_durations(self.durations)
         old = self.placer
         self._wire(placer)
         with old.lock:
@@ -494,6 +506,7 @@ class Horusd:
     def start(self):
         raise_fd_limit()
         self.check_controller()
+        self.history.load_durations()  # before the first cycle: a restarted horusd knows its run times
         try:
             if self.active:
                 self.refresh_once()

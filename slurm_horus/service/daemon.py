@@ -13,6 +13,13 @@ time ``lease_s`` ahead, and horusd runs the placement core's scheduling cycle
 (:func:`~slurm_horus.placement.cycle.run_cycle`, the very one the simulator runs) over the kept
 jobs whenever the cluster changes and at least every ``cycle_s``; :meth:`Placer.cycle` returns the
 jobs to start and where, which horusd applies with ``scontrol update`` (mover.py).
+
+**Durations.** Every job horusd decides about, at submission or in the queue, carries the duration
+estimate of the placement core's one estimator (``placement/duration.py``, the one the simulator
+uses): the median recent run time of the user's jobs of that class, else of the class, the user, the
+site, capped by the time limit; else the time limit. horusd feeds it from the history store (the
+jobs ``horus ingest`` put there, read by history.py) and swaps it in whole (:meth:`Placer.set_durations`);
+running jobs are expected to end at their start plus that estimate (never after Slurm's end time).
 """
 
 import difflib
@@ -24,7 +31,8 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ..jobclass import UNKNOWN_CLASS
-from ..placement.cycle import CycleOptions, PendingQueue, run_cycle
+from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, reclaim_for, run_cycle
+from ..placement.duration import DurationEstimator
 from ..placement.framework import SchedulingContext
 from ..placement.request import JobRequest
 from ..placement.state import ClassIndex, ClusterState
@@ -101,9 +109,11 @@ class Placer:
         self.kept: Dict[str, KeptJob] = {}  # Slurm job id -> every kept job of the last snapshot
         self.unseen_keeps: Dict[str, float] = {}  # decision id -> expiry: kept jobs squeue does not show yet
         self.unshaped: set = set()  # kept jobs that ask for no GPU (a shard move cut short): restore them
-        self.cycle_options = CycleOptions()
+        self.cycle_options = CycleOptions(max_slowdown=slowdown_limit)
         self.preemption = Preemption()  # jobs Slurm may start by preempting are never kept
         self.on_kept = None  # callback: a job was kept (horusd reads squeue soon, to learn its job id)
+        # what horusd knows of run times (the history store's finished jobs; empty: time limits only)
+        self.durations = DurationEstimator()
         self.kept_decisions = 0
         self.started_from_queue = 0
 
@@ -112,10 +122,19 @@ class Placer:
         return self.ledger.ttl_s
 
     # ---- state ----------------------------------------------------------------------------------
+    def set_durations(self, estimator: DurationEstimator):
+        """Swap in an estimator fed with fresh history (the next snapshot re-estimates the queue)."""
+        with self.lock:
+            self.durations = estimator
+
+    def expected_duration(self, user, job_class, time_limit_s) -> float:
+        """The estimator's answer (seconds alone) for a job of ``user`` and ``job_class``."""
+        return self.durations.seconds(user, job_class, time_limit_s)[0]
+
     def load_snapshot(self, snapshot: Snapshot):
         """Build a fresh ClusterState from Slurm's view plus the ledger entries squeue does not show."""
         view = translate(snapshot, self.classes, self.max_jobs_per_gpu, self.default_gpu_type, self.gpu_memory_mb,
-                         needs_shards=self.binding == "shard")
+                         needs_shards=self.binding == "shard", expected_s=self.expected_duration)
         queue = PendingQueue(self.policy)
         with self.lock:
             self._apply_claims()  # into the old state and the ledger, which carries them over
@@ -128,7 +147,9 @@ class Placer:
             self.kept = {job_id: kept for job_id, kept in view.kept.items() if kept.decision_id not in self.ledger}
             for kept in self.kept.values():
                 if kept.placeable:
-                    queue.add(kept.request)
+                    req = kept.request  # estimated again at every refresh, as the history grows
+                    req.predicted_duration = self.expected_duration(req.user, req.job_class, req.time_limit)
+                    queue.add(req)
             self.queue = queue
             self.unshaped = set(view.unshaped)
             self.unseen_keeps = {d: t for d, t in self.unseen_keeps.items() if d not in view.kept_tokens and t > now}
@@ -172,6 +193,7 @@ class Placer:
             nodes=request.nodes, partition=partitions[0] if partitions else "",
             extra_partitions=tuple(partitions[1:]), time_limit=request.time_limit_s, user=request.user,
             submit_time=self.clock(),
+            predicted_duration=self.expected_duration(request.user, request.job_class, request.time_limit_s),
             # only a shard lets a second job join a GPU, and a shard is one GPU: indexed/node bindings
             # and multi-GPU jobs hold whole GPUs (the policy must not pair them: Slurm could not)
             exclusive=(not may_share or self.binding != "shard" or request.gpus_per_node * request.nodes > 1)
@@ -238,6 +260,11 @@ class Placer:
             ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
                                     waiting_gpus=self.pending_gpus + req.n_gpus)
             decision = self.policy.decide(state, req, ctx, explain=request.explain)
+            # only for job_submit.lua (slurmctld): a request on the user socket is not trusted to take
+            # other jobs off the state
+            if not decision.placed and request.records and not request.from_user and not keeping and \
+                    may_reclaim(self.policy) and self.preemption.may_preempt(request.partition):
+                decision = self._reclaim(state, req, ctx, decision, request.explain)
             if not decision.placed:
                 if keeping:
                     return self._keep(req, decision.reason, request.held)
@@ -262,6 +289,32 @@ class Placer:
             elif request.offer:
                 self.offers.made(decision_id, req, decision, reply, self.clock())
             return reply
+
+    def _reclaim(self, state, req, ctx, failed, explain):
+        """The policy's reclaim (DeepBoot), taken by the scheduling cycle's own step
+        (:func:`~slurm_horus.placement.cycle.reclaim_for`, as in the simulator) for a job Slurm may
+        start by preemption (caller holds the lock). The victims leave the state and the job is pinned
+        to their GPUs, so Slurm's preemption (REQUEUE, with the partition's GraceTime) takes exactly
+        those jobs, not the ones it would pick itself. Slurm 22.05 cannot take single GPUs from a
+        running job: a shrink becomes a requeue of the job. When the job does not fit even so, the
+        victims are put back and Slurm decides."""
+        taken = []
+
+        def preempt(job_id):
+            if job_id in state.jobs:
+                taken.append(state.release(job_id))
+
+        decision = reclaim_for(state, self.policy, req, ctx, failed, preempt, explain=explain)
+        if not decision.placed:
+            for job in taken:
+                state.place(job)
+            return decision
+        if taken:
+            self.generation += 1
+            decision.reason = f"reclaimed the GPUs of job {','.join(job.job_id for job in taken)}; {decision.reason}"
+            log.info("horus: reclaim: partition %s takes the GPUs of %s (Slurm preempts them)",
+                     req.partition, ",".join(job.job_id for job in taken))
+        return decision
 
     def _keep(self, req: JobRequest, reason, held=False) -> Reply:
         """Keep the job for the queue (caller holds the lock): the reply tells job_submit.lua how. A held
@@ -292,8 +345,8 @@ class Placer:
 
             def start(req, decision):
                 kept = self.kept.get(req.job_id)
-                if kept is None or (decision.shared and decision.predicted_slowdown > self.slowdown_limit):
-                    return False  # over the limit: it waits for a better slot
+                if kept is None:
+                    return False
                 reply = placement_reply(state, decision, req, self.binding, kept.decision_id, self.state_age(),
                                         self.gres_prefix)
                 self._record(state, req, decision, reply, None, job_id=req.job_id)
@@ -301,6 +354,7 @@ class Placer:
                 moves.append(Move(kept, reply))
                 return True
 
+            self.cycle_options.max_slowdown = self.slowdown_limit  # the same limit as at submission
             run_cycle(state, self.policy, self.queue, self.clock(), start, options=self.cycle_options)
             self.started_from_queue += len(moves)
         return moves

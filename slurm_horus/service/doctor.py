@@ -23,8 +23,10 @@ from . import protocol
 
 
 def read_slurm_conf(path):
-    """slurm.conf as {lower-case key: value} (the last occurrence wins; NodeName lines kept as a list)."""
-    values, nodes = {}, []
+    """slurm.conf as {lower-case key: value} (the last occurrence wins; NodeName lines kept as a list;
+    PartitionName lines as ``__partitions__``: one {lower-case key: value} per partition, the
+    ``PartitionName=DEFAULT`` values filled in)."""
+    values, nodes, partitions, default = {}, [], [], {}
     for line in Path(path).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if "=" not in line:
@@ -32,8 +34,15 @@ def read_slurm_conf(path):
         key, value = line.split("=", 1)
         if key.strip().lower() == "nodename":
             nodes.append(line)
+        if key.strip().lower() == "partitionname":
+            fields = dict((k.lower(), v) for k, _, v in (w.partition("=") for w in line.split()))
+            if fields["partitionname"].upper() == "DEFAULT":
+                default.update(fields)
+            else:
+                partitions.append({**{k: v for k, v in default.items() if k != "partitionname"}, **fields})
         values[key.strip().lower()] = value.strip().split()[0] if value.strip() else ""
     values["__nodes__"] = nodes
+    values["__partitions__"] = partitions
     return values
 
 
@@ -55,6 +64,46 @@ def _check_slurm_conf(conf, binding):
     if binding in ("indexed", "shard") and "gres/gpu:g0" not in tres:
         problems.append(("warning", "slurm.conf: AccountingStorageTRES lacks gres/gpu:g0..: sacct will not "
                                     "record which GPU index a job held"))
+    return problems
+
+
+def check_deepboot(conf, inference="infer"):
+    """Policy deepboot lends the inference partition's idle GPUs to training and Slurm's preemption
+    takes them back (hpc_configs/slurm.conf.deepboot): a preemption plugin, a partition over the
+    inference nodes at a lower PriorityTier (partition_prio) whose jobs are requeued, not cancelled,
+    and a GraceTime, which signals the job steps at once so they can checkpoint."""
+    problems = []
+    parts = {p.get("partitionname"): p for p in conf.get("__partitions__", [])}
+    preempt_type = conf.get("preempttype", "preempt/none").lower()
+    global_mode = conf.get("preemptmode", "OFF").upper()
+    if preempt_type not in ("preempt/partition_prio", "preempt/qos"):
+        problems.append(("error", f"slurm.conf: PreemptType={preempt_type}: inference cannot take lent GPUs back "
+                                  "(use preempt/partition_prio, or preempt/qos with a preemptible QOS)"))
+    infer = parts.get(inference)
+    if infer is None:
+        return problems + [("error", f"slurm.conf: no partition {inference!r}: policy deepboot lends the idle GPUs "
+                                     "of the inference partition")]
+    if preempt_type == "preempt/qos":
+        if "REQUEUE" not in global_mode:
+            problems.append(("error", f"slurm.conf: PreemptMode={global_mode}: a reclaimed training job is lost "
+                                      "instead of requeued (use PreemptMode=REQUEUE)"))
+        return problems  # which QOS preempts which lives in the accounting database (sacctmgr)
+    tier = int(infer.get("prioritytier", "1") or 1)
+    lenders = [p for name, p in parts.items() if name != inference and p.get("nodes") == infer.get("nodes")
+               and int(p.get("prioritytier", "1") or 1) < tier]
+    if not lenders:
+        problems.append(("error", f"slurm.conf: no partition over {inference!r}'s nodes ({infer.get('nodes')}) at a "
+                                  "lower PriorityTier: training cannot borrow inference GPUs preemptibly"))
+    for lend in lenders:
+        name, mode = lend["partitionname"], lend.get("preemptmode", global_mode).upper()
+        if "REQUEUE" not in mode:
+            problems.append(("error", f"slurm.conf: partition {name}: PreemptMode={mode}: a reclaimed training job is "
+                                      "lost instead of requeued (use PreemptMode=REQUEUE)"))
+        if int(lend.get("gracetime", "0") or 0) <= 0:
+            problems.append(("warning", f"slurm.conf: partition {name}: no GraceTime: a reclaimed job's steps get no "
+                                        "early SIGTERM to checkpoint (only KillWait seconds before SIGKILL)"))
+    if conf.get("jobrequeue", "1") == "0":
+        problems.append(("warning", "slurm.conf: JobRequeue=0: borrowing jobs must be submitted with --requeue"))
     return problems
 
 
@@ -208,6 +257,8 @@ def run_checks(config, slurm_conf=None):
     else:
         ping = protocol.ask({"op": "ping"}, config.socket, timeout_s=max(config.timeout_ms / 1000, 0.5))
         problems += check_queue(config, jobs, ping)
+    if str(config.policy).split("/", 1)[0] == "deepboot":
+        problems += check_deepboot(conf)
     if os.path.exists(config.disable_file):
         problems.append(("warning", f"kill switch {config.disable_file} exists: job_submit.lua asks nobody"))
     return problems

@@ -1,4 +1,5 @@
-"""horusd's link to the history database: record decisions, load the model in force, refit on a timer.
+"""horusd's link to the history database: record decisions, load the model in force, refit on a timer,
+feed the duration estimator (the run times of the finished jobs ``horus ingest`` stored).
 
 Nothing here runs on the decision path: decisions are queued and written by one background thread
 (SQLite connections stay in the thread that opened them), and a database that cannot be opened only
@@ -19,15 +20,20 @@ from .threads import run_in_background
 log = logging.getLogger("horusd")
 
 _STOP = object()
+DURATIONS_RELOAD_S = 300.0  # how often the duration estimator is fed again (horus-ingest.timer: 5 min)
+DURATION_JOBS = 20000  # the most recently ended GPU jobs it learns from (it keeps 10 per key)
 
 
 class History:
-    def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None, is_active=lambda: True):
+    def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None, is_active=lambda: True,
+                 on_durations=None, durations_s=DURATIONS_RELOAD_S):
         self.db_path = db_path
         self.is_active = is_active
         self.refit_s = refit_s
         self.gpu_type = gpu_type
         self.on_refit = on_refit  # called after a refit stored a new model (horusd reloads)
+        self.on_durations = on_durations  # called with a freshly fed DurationEstimator
+        self.durations_s = durations_s
         self.pending = queue.Queue(maxsize=10000)
         self.recorded = 0
         self.failed = False
@@ -51,6 +57,28 @@ class History:
         model_id, name, created, state = stored
         log.info("horus: using stored model %s (%s, %s)", model_id, name, created)
         return model_from_dict(state)
+
+    # ---- durations ------------------------------------------------------------------------------
+    def duration_estimator(self, db=None):
+        """A DurationEstimator fed with the store's finished GPU jobs, or None when the store cannot
+        be read (horusd goes on with what it had: time limits only, at worst)."""
+        try:
+            from ..placement.duration import estimator_from_records
+            from ..store.db import open_db
+            from ..store.queries import finished_gpu_jobs
+
+            rows = finished_gpu_jobs(db if db is not None else open_db(self.db_path), DURATION_JOBS)
+        except Exception as exc:
+            log.warning("horus: cannot read run times from %s (%s); durations from time limits", self.db_path, exc)
+            return None
+        return estimator_from_records(rows)
+
+    def load_durations(self, db=None):
+        """Feed the estimator afresh and hand it over (``on_durations``)."""
+        estimator = self.duration_estimator(db)
+        if estimator is not None and self.on_durations is not None:
+            self.on_durations(estimator)
+        return estimator
 
     # ---- decisions ------------------------------------------------------------------------------
     def record(self, user, reply):
@@ -77,7 +105,7 @@ class History:
         from ..store.db import open_db
 
         db = None
-        next_refit = None
+        next_refit = next_durations = None
         while not self._stopping.is_set():
             if not self.is_active():
                 if db is not None:  # passive now: the other horusd writes
@@ -95,6 +123,7 @@ class History:
                     self.failed = True
                     return
                 next_refit = time.monotonic() + self.refit_s if self.refit_s > 0 else None
+                next_durations = time.monotonic() + self.durations_s if self.durations_s > 0 else None
             try:
                 item = self.pending.get(timeout=1.0)
             except queue.Empty:
@@ -109,6 +138,9 @@ class History:
             if next_refit is not None and time.monotonic() >= next_refit:
                 next_refit = time.monotonic() + self.refit_s
                 self._refit(db)
+            if next_durations is not None and time.monotonic() >= next_durations:
+                next_durations = time.monotonic() + self.durations_s
+                self.load_durations(db)
         if db is not None:
             db.conn.close()
 

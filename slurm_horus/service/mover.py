@@ -88,9 +88,9 @@ class Mover:
                            slurm_conf=self.slurm_conf, timeout=self.timeout_s)
             except SlurmCommandError as exc:  # started, but its token still says kept
                 log.warning("horus: kept job %s started, its token not updated: %s", kept.job_id, exc)
-            log.info("horus: decision job=%s class=%s action=start nodes=%s tres=%s slowdown=%s: %s (kept as %s)",
-                     kept.job_id, reply.job_class, ",".join(reply.nodes), reply.tres, reply.slowdown, reply.reason,
-                     kept.decision_id)
+            log.info("horus: decision job=%s class=%s action=start nodes=%s tres=%s slowdown=%s expected_s=%.0f: "
+                     "%s (kept as %s)", kept.job_id, reply.job_class, ",".join(reply.nodes), reply.tres, reply.slowdown,
+                     kept.request.expected_duration(), reply.reason, kept.decision_id)
         return [m.reply.id for m in failed]
 
     def restore(self, shapes):

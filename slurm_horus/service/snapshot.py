@@ -128,9 +128,12 @@ def kept_request(job, job_class) -> Optional[JobRequest]:
 
 
 def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, default_gpu_type="v100",
-              gpu_memory_mb: Callable[[str], float] = lambda _t: 16384.0, needs_shards=False) -> View:
+              gpu_memory_mb: Callable[[str], float] = lambda _t: 16384.0, needs_shards=False,
+              expected_s: Optional[Callable[[str, str, Optional[float]], float]] = None) -> View:
     """The placement core's view of one snapshot (see the module docstring). ``needs_shards`` (the
-    shard binding): nodes where Slurm offers no shards are left out."""
+    shard binding): nodes where Slurm offers no shards are left out. ``expected_s(user, job class,
+    time limit in s)``: a job's expected run time (the duration estimator); a running job is expected
+    to end that long after its start, never after Slurm's end time (start + limit)."""
     state = ClusterState(max_jobs_per_gpu=max_jobs_per_gpu, classes=classes)
     for node in snapshot.nodes:
         count = node_gpu_count(node)
@@ -165,19 +168,19 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
                         placeable=not job.state_reason.startswith(NOT_PLACEABLE),
                         lease_end=float(job.start_time or 0))
                 continue
-            pinned = _pinned_pending_job(state, job, fields, job_class, now)
+            pinned = _pinned_pending_job(state, job, fields, job_class, now, expected_s)
             if pinned is not None:
                 state.place(pinned)
             elif not fields.get("gpus") and not job.state_reason.startswith(NOT_STARTING_SOON):
                 view.unpinned.append(job)
         elif job.state in RUNNING_STATES:
-            running = _running_job(state, job, fields, job_class, now)
+            running = _running_job(state, job, fields, job_class, now, expected_s)
             if running is not None:
                 state.place(running)
     return view
 
 
-def _running_job(state, job, fields, job_class, now):
+def _running_job(state, job, fields, job_class, now, expected_s=None):
     by_node = job.gres_by_node()
     gpus = global_gpu_ids(state, [(node_name, item.indices) for node_name, items in by_node for item in items
                                   if item.name in ("gpu", "shard") and item.count > 0])
@@ -185,6 +188,8 @@ def _running_job(state, job, fields, job_class, now):
         return None
     holds_whole_gpu = any(item.name == "gpu" and item.count > 0 for _n, items in by_node for item in items)
     end = float(job.end_time) if job.end_time else now + DEFAULT_LIMIT_S
+    if expected_s is not None and job.start_time:
+        end = min(end, float(job.start_time) + expected_s(job.user, job_class, limit_s(job)))
     shards = [item.count for _n, items in by_node for item in items if item.name == "shard" and item.count > 0]
     return RunningJob(str(job.job_id), job_class, gpus, float(job.start_time or now), end,
                       exclusive=holds_whole_gpu, user=job.user, partition=job.partition,
@@ -228,7 +233,7 @@ def reserve_where_slurm_starts(state, job, now):
             return  # this task waits for GPUs to free: so do the ones after it
 
 
-def _pinned_pending_job(state, job, fields, job_class, now):
+def _pinned_pending_job(state, job, fields, job_class, now, expected_s=None):
     """A queued job that a decision pinned (its token's ``gpus=``) holds those GPUs in our state
     until it runs: Slurm starts it there, and squeue showing its token has ended its ledger entry.
     Held or dependent jobs may wait for hours: they reserve nothing."""
@@ -237,7 +242,8 @@ def _pinned_pending_job(state, job, fields, job_class, now):
     gpus = global_gpu_ids(state, parse_gpu_list(fields["gpus"]))
     if not gpus:
         return None
+    run_s = expected_s(job.user, job_class, limit_s(job)) if expected_s is not None else limit_s(job) or DEFAULT_LIMIT_S
     shards = [item.count for item in job.gres_requested if item.name == "shard" and item.count > 0]
-    return RunningJob(str(job.job_id), job_class, gpus, now, now + (limit_s(job) or DEFAULT_LIMIT_S),
+    return RunningJob(str(job.job_id), job_class, gpus, now, now + run_s,
                       exclusive=fields.get("mode") == "exclusive", user=job.user, partition=job.partition,
                       gpu_units=_fraction_units(fields, shards, False) if fields.get("mode") == FRACTION_MODE else 0)

@@ -11,7 +11,8 @@ from ..errors import InputError, check_output_path
 DEFAULT_POLICIES = "slurm-default,sjf,sjf-ffs,sjf-bsbf,horus-util,iasp-iapp,oracle,horus"
 TABLE_KEYS = (("makespan", "makespan"), ("mean_jct", "mean JCT"), ("p99_jct", "p99 JCT"),
               ("mean_queueing_delay", "mean wait"), ("effective_utilization", "eff.util"),
-              ("bad_pair_share", "bad pairs"), ("oom_events", "OOM"))
+              ("bad_pair_share", "bad pairs"), ("oom_events", "OOM"), ("duration_mare", "dur.err"))
+NO_RATIO = ("oom_events", "bad_pair_share", "duration_mare")
 
 
 class _Progress:
@@ -45,7 +46,9 @@ def _unit(seconds: float):
     return "s", 1.0
 
 
-def _fmt(key: str, value: float, unit=("s", 1.0)) -> str:
+def _fmt(key: str, value: float, unit=("s", 1.0), summary=None) -> str:
+    if key == "duration_mare":
+        return "exact" if (summary or {}).get("durations") == "oracle" else f"{value:.2f}"
     if key in ("effective_utilization", "bad_pair_share"):
         return f"{value:.3f}"
     if key == "oom_events":
@@ -63,8 +66,8 @@ def comparison_table(summaries: dict, baseline: str = "slurm-default") -> str:
     for name, summary in summaries.items():
         row = [name]
         for key, _ in TABLE_KEYS:
-            cell = _fmt(key, summary[key], units[key])
-            if base is not None and name != baseline and key not in ("oom_events", "bad_pair_share") and base[key]:
+            cell = _fmt(key, summary[key], units[key], summary)
+            if base is not None and name != baseline and key not in NO_RATIO and base[key]:
                 cell += f" ({summary[key] / base[key]:.2f}x)"
             row.append(cell)
         rows.append(row)
@@ -83,6 +86,8 @@ def text_table(rows) -> str:
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="trace file")
 @click.option("--trace-format", default="auto",
               type=click.Choice(["auto", "generic", "philly", "gavel", "pollux", "tiresias", "alibaba"]))
+@click.option("--time-unit", default="s", show_default=True, type=click.Choice(["s", "ms"]),
+              help="unit of the submit times and durations of a Tiresias-format trace")
 @click.option("--traces-dir", default=None, help="application traces of a Pollux/Sia/DeepBoot workload")
 @click.option("--cluster", default="16x4:v100", show_default=True,
               help="NODESxGPUS:TYPE[@PARTITION][,...] or a JSON/YAML file")
@@ -96,6 +101,17 @@ def text_table(rows) -> str:
 @click.option("--single-gpu", is_flag=True, help="keep only 1-GPU jobs")
 @click.option("--holdout/--no-holdout", default=True, show_default=True,
               help="hide the truth GPU's measured pairs from the policies' priors")
+@click.option("--durations", default="estimated", show_default=True, type=click.Choice(["estimated", "oracle"]),
+              help="what policies know of run times: the duration estimator's answer (learned from the jobs "
+                   "finished earlier in the run, capped by the time limit) or the trace's true durations; "
+                   "the oracle policy always knows them")
+@click.option("--time-limit", default=None, type=float,
+              help="time limit (s) of jobs whose trace gives none, as a partition's DefaultTime "
+                   "(caps the estimates; not enforced)")
+@click.option("--default-duration", default=3600.0, show_default=True, type=float,
+              help="estimate (s) for a job with no time limit before any job has finished")
+@click.option("--slowdown-limit", default=None, type=float,
+              help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
 @click.option("--jobs-csv", default=None, type=click.Path(dir_okay=False), help="per-job CSV")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
@@ -107,26 +123,40 @@ def text_table(rows) -> str:
 @click.option("--shuffle-seed", default=None, type=int, help="with --no-departure: seed of the draw / order")
 @click.option("--gpu-memory-mb", "gpu_memory", multiple=True, metavar="MODEL=MB",
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
-def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, policies, seed, load, max_jobs,
-             single_gpu, holdout, json_out, jobs_csv, report, progress, no_departure, inflate, shuffle_seed,
-             gpu_memory):
+def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
+             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, slowdown_limit, json_out,
+             jobs_csv, report, progress, no_departure, inflate, shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
+    from ..placement.duration import DurationSettings
+    from .engine import SimOptions
     from .metrics import summarize, write_jobs_csv
     from .run import parse_cluster, run_policies
-    from .traces import read_trace
+    from .traces import read_trace, time_unit_warning
     from .truth import load_truth
 
     for path, option in ((json_out, "--json"), (jobs_csv, "--jobs-csv"), (report, "--report")):
         check_output_path(path, option)
+    if time_limit is not None and not time_limit > 0:
+        raise InputError("--time-limit must be positive")
+    if not default_duration > 0:
+        raise InputError("--default-duration must be positive")
+    if slowdown_limit is not None and not slowdown_limit >= 1.0:
+        raise InputError("--slowdown-limit must be at least 1")
     if (inflate or shuffle_seed is not None) and not no_departure:
         raise InputError("--inflate and --shuffle-seed go with --no-departure (FGD's protocol)")
     if inflate < 0:
         raise InputError("--inflate must be positive")
+    settings = DurationSettings(default_duration=default_duration)
+    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
+                         max_slowdown=slowdown_limit)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster, _gpu_memory(gpu_memory))
     gpu_type = groups[0].gpu_type
-    jobs = read_trace(trace_path, trace_format, traces_dir=traces_dir,
+    jobs = read_trace(trace_path, trace_format, traces_dir=traces_dir, time_unit=time_unit,
                       solo_tput=lambda cls: truth_model.solo_tput(cls, gpu_type))
+    warning = time_unit_warning(jobs)
+    if warning:
+        click.echo(f"{trace_path}: {warning}", err=True)
     if single_gpu:
         jobs = [j for j in jobs if j.num_gpus == 1]
     if max_jobs:
@@ -141,11 +171,13 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
                              json_out, report, dict(trace=str(trace_path), cluster=cluster, truth=truth))
     bar = _Progress(sys.stderr.isatty() if progress is None else progress)
     results = run_policies(jobs, groups, truth_model, names, seed=seed, load=load, holdout=holdout,
-                           profiles_path=profiles, progress=bar)
+                           profiles_path=profiles, progress=bar, options=options)
     summaries = {r.policy: summarize(r) for r in results}
     click.echo(comparison_table(summaries))
+    knowledge = duration_knowledge(options, settings, jobs, summaries)
+    click.echo(knowledge["line"])
     payload = {"policies": summaries, "trace": str(trace_path), "cluster": cluster, "truth": truth,
-               "seed": seed, "load": load, "jobs": len(jobs),
+               "seed": seed, "load": load, "jobs": len(jobs), "durations": knowledge,
                "ratios_to_slurm_default": _ratios(summaries)}
     try:
         if json_out:
@@ -158,6 +190,32 @@ def simulate(trace_path, trace_format, traces_dir, cluster, truth, profiles, pol
             write_report(report, payload, results)
     except OSError as exc:
         raise InputError(f"cannot write {exc.filename}: {exc.strerror}") from None
+
+
+def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
+    """What the policies knew of durations, said in the output (JSON and one line under the table)."""
+    with_limit = sum(1 for j in jobs if j.time_limit)
+    if with_limit == len(jobs):
+        limits = "every job has a time limit in the trace"
+    else:
+        missing = f"{len(jobs) - with_limit} of {len(jobs)} jobs have no time limit in the trace"
+        limits = (f"{missing}: they get --time-limit {options.time_limit:g} s" if options.time_limit
+                  else f"{missing}: no cap, and {settings.default_duration:g} s (--default-duration) "
+                       f"before any history")
+    errors = next((s["estimator"] for s in summaries.values() if s.get("durations") == "estimated"), None) \
+        or next((s["estimator"] for s in summaries.values()), {})
+    oracles = sorted(n for n, s in summaries.items() if s.get("durations") == "oracle")
+    mare = errors.get("mare")
+    line = (f"durations: {options.durations}"
+            + (" (the trace's)" if options.durations == "oracle" else
+               " (median of recent runs: user+class > class > user > site, capped by the time limit)")
+            + f"; {limits}"
+            + (f"; estimator: median abs. relative error {mare:.2f}, rank correlation "
+               f"{errors.get('rank_corr') or 0:.2f}" if mare is not None else "")
+            + (f"; true durations: {', '.join(oracles)}" if oracles else ""))
+    return {"mode": options.durations, "rule": settings.describe(), "time_limits": limits,
+            "default_time_limit": options.time_limit, "default_duration": settings.default_duration,
+            "true_durations": oracles, "estimator_error": errors, "line": line}
 
 
 def _ratios(summaries: dict) -> dict:

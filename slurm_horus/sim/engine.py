@@ -1,12 +1,19 @@
 """Discrete-event simulation of one policy on one trace.
 
-Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot). Between events every
+Events: arrivals, completions, retries after an OOM, reclaims (DeepBoot), timers of a policy's
+runtime (DeepBoot's allocation rounds, stalls and pods: ``sim/elastic.py``). Between events every
 running job progresses at its **true** normalized throughput for its co-runner set (a multi-GPU job at
 its slowest GPU), times what its placement costs it whatever the co-runners (``Truth.job_factor``:
 communication when spread over more nodes than needed, a slower micro-batch when sub-batched); when a
 set changes, the affected jobs' remaining work is settled and their completion events are re-issued
-(stale ones are skipped by a version number). The policy decides from its predictions only; each pair it sees running is reported back to it (``Policy.observe``)
-when the pair ends, the way the live service learns from finished jobs. A co-location the truth
+(stale ones are skipped by a version number). The policy decides from its predictions only; each pair
+it sees running is reported back to it (``Policy.observe``) when the pair ends, the way the live
+service learns from finished jobs. Durations likewise: by default (``durations="estimated"``) a job's
+``predicted_duration`` is what the duration estimator of the placement core
+(``placement/duration.py``) says, from the run times of the jobs that finished earlier in the run (as
+horusd learns from sacct) and the job's time limit, kept current while the job waits
+(``QueueEstimates``); the trace's true durations only with ``durations="oracle"``, and always for a
+policy with ``perfect_knowledge`` (the ``oracle`` reference). A co-location the truth
 says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is requeued after
 ``oom_penalty`` seconds and both directions of the pair are reported to the policy.
 """
@@ -21,25 +28,30 @@ import numpy as np
 from ..interference.classes import with_batch
 from ..placement import JobRequest
 from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
+from ..placement.duration import (DurationEstimate, DurationEstimator, DurationSettings, QueueEstimates,
+                                  estimate_errors)
 from ..placement.framework import Policy
 from ..placement.state import ClusterState
+from .elastic import DeepBootOptions, runtime_for
 from .traces import TraceJob
 from .truth import Truth
 
-FINISH, ARRIVAL, CYCLE = 0, 1, 2  # at equal times completions go first: capacity frees before arrivals look
+FINISH, ARRIVAL, CYCLE, TIMER = 0, 1, 2, 3  # at equal times completions go first: capacity frees before arrivals look
 BAD_PAIR = 0.85
 
 
-def trace_request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequest:
+def trace_request(t: TraceJob, width: int, default_limit: Optional[float] = None,
+                  true_duration: bool = True) -> JobRequest:
     """The JobRequest of a trace job: as few nodes as possible unless the trace says; a stated
     fraction of a GPU (``gpu_milli`` < 1000) becomes ``gpu_units``, stated whole GPUs are exclusive.
-    ``durations``: "oracle" tells the policy the true duration, "limit" only the time limit."""
-    predicted = t.duration if durations == "oracle" else None
+    Its time limit: the trace's, else ``default_limit``; its ``predicted_duration``: the true one only
+    with ``true_duration`` (else None: the simulator's duration estimator fills it)."""
     n = t.num_gpus
+    limit = t.time_limit if t.time_limit else default_limit
+    predicted = t.duration if true_duration else None
     if n == 0:
         return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=0, nodes=1, partition=t.partition,
-                          time_limit=t.time_limit, predicted_duration=predicted, user=t.user,
-                          submit_time=t.submit_time,
+                          time_limit=limit, predicted_duration=predicted, user=t.user, submit_time=t.submit_time,
                           cpu_milli=t.cpu_milli, memory_mib=t.memory_mib)
     gpn = t.gpus_per_node
     if not gpn:
@@ -52,8 +64,8 @@ def trace_request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequ
             gpn = n // nodes
     fraction = t.gpu_milli if n == 1 and 0 < t.gpu_milli < 1000 else 0
     return JobRequest(t.job_id, t.job_class or "unknown", gpus_per_node=gpn, nodes=n // gpn,
-                      mem_mb=t.mem_mb, partition=t.partition, time_limit=t.time_limit,
-                      predicted_duration=predicted, user=t.user, submit_time=t.submit_time,
+                      mem_mb=t.mem_mb, partition=t.partition, time_limit=limit, predicted_duration=predicted,
+                      user=t.user, submit_time=t.submit_time,
                       extra_partitions=("infer",) if t.partition == "train" else (),
                       exclusive=t.gpu_milli >= 1000, gpu_units=fraction, cpu_milli=t.cpu_milli,
                       memory_mib=t.memory_mib, gpu_types=tuple(t.gpu_types))
@@ -62,7 +74,7 @@ def trace_request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequ
 class SimJob:
     __slots__ = ("idx", "trace", "req", "work", "rate", "last", "version", "running", "first_start", "end",
                  "run_time", "shared_time", "bad_time", "ooms", "preemptions", "shared", "pair", "pair_since",
-                 "gpu_types", "ever_shared", "run_class", "factor")
+                 "gpu_types", "ever_shared", "run_class", "factor", "estimate")
 
     def __init__(self, idx: int, trace: TraceJob, req: JobRequest):
         self.idx = idx
@@ -87,6 +99,10 @@ class SimJob:
         self.gpu_types = ()
         self.run_class = req.job_class  # the class that runs (a micro-batch variant when sub-batched)
         self.factor = 1.0  # placement cost (communication, sub-batching): Truth.job_factor
+        self.estimate: Optional[DurationEstimate] = None  # the estimator's answer when it first started
+
+
+DURATION_MODES = ("estimated", "oracle", "limit")
 
 
 @dataclass
@@ -96,9 +112,11 @@ class SimOptions:
     queue_depth: int = 100  # most jobs a scheduling pass tries to place (Slurm's default_queue_depth)
     max_timeline: int = 600  # points kept for the utilization plot
     window: int = 64  # waiting jobs whose classes a sharing policy may look at (partner choice)
-    # what policies are told of a job's run time: "oracle" (the trace's true duration) or "limit"
-    # (only its time limit, which is what horusd knows today; a trace carries none, so none)
-    durations: str = "oracle"
+    max_slowdown: Optional[float] = None  # horusd's slowdown_limit, when a run should apply it (None: none)
+    durations: str = "estimated"  # what policies know of durations: "estimated", "oracle" (the trace's)
+    # or "limit" (the time limit only: an estimator that never learns, as a fresh horusd has)
+    time_limit: Optional[float] = None  # seconds; the limit of jobs whose trace gives none (DefaultTime)
+    duration_settings: Optional[DurationSettings] = None  # the estimator's settings (None: defaults)
     # seconds from a job's end to the scheduling cycle that hands its GPUs on: 0 is an ideal scheduler.
     # A live one starts the next job later (Slurm's next scheduling pass, horusd's next look at the
     # queue, then Slurm starting the job): ``horus replay`` tells the simulator its live cadence
@@ -108,6 +126,7 @@ class SimOptions:
     # seconds a started job holds its GPUs beyond its work (Slurm launching the batch script, recording
     # its end): 0 ideally; the replay's live cadence too (0.2 s of wall time per job on the local cluster)
     launch_s: float = 0.0
+    deepboot: Optional[DeepBootOptions] = None  # costs and rounds of DeepBoot's runtime (sim/elastic.py)
 
 
 @dataclass
@@ -121,6 +140,9 @@ class SimResult:
     preemptions: int
     observations: int
     start_time: float
+    durations: str = "estimated"  # what this policy knew: "estimated" or "oracle"
+    duration_errors: Optional[dict] = None  # the estimator's error (estimate_errors), each job estimated when it first started
+    runtime: Dict[str, int] = None  # counters of the policy's runtime (DeepBoot: resizes, shrinks...)
 
 
 class Simulator:
@@ -132,9 +154,16 @@ class Simulator:
         self.truth = truth
         self.policy = policy
         self.options = options or SimOptions()
+        if self.options.durations not in DURATION_MODES:
+            raise ValueError(f"durations must be one of {', '.join(DURATION_MODES)}")
         self.progress = progress
+        # the oracle reference knows everything, whatever the others are told
+        self.true_durations = self.options.durations == "oracle" or policy.perfect_knowledge
+        # run even when durations are true: its error is reported either way
+        self.estimator = DurationEstimator(self.options.duration_settings)
         width = state.node_gpu_table.shape[1]
-        self.jobs = [SimJob(i, t, self._request(t, width, self.options.durations)) for i, t in enumerate(trace)]
+        self.jobs = [SimJob(i, t, self._request(t, width, self.options.time_limit, self.true_durations))
+                     for i, t in enumerate(trace)]
         seen = set()
         for job in self.jobs:  # the queue and the cluster state key jobs by id: make ids unique
             if job.req.job_id in seen:
@@ -143,7 +172,10 @@ class Simulator:
         self.heap: List[tuple] = []
         self.seq = 0
         self.queue = PendingQueue(policy)
-        self.cycle_options = CycleOptions(queue_depth=self.options.queue_depth, window=self.options.window)
+        # waiting jobs carry the current estimate, as a scheduler re-reading its queue sees it
+        self.estimates = None if self.true_durations else QueueEstimates(self.estimator, self.queue)
+        self.cycle_options = CycleOptions(queue_depth=self.options.queue_depth, window=self.options.window,
+                                          max_slowdown=self.options.max_slowdown)
         self.now = 0.0
         self.busy_gpu_time = 0.0
         self.last_t = None
@@ -154,10 +186,12 @@ class Simulator:
         self.n_observations = 0
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
+        self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
 
     @staticmethod
-    def _request(t: TraceJob, width: int, durations: str = "oracle") -> JobRequest:
-        return trace_request(t, width, durations)
+    def _request(t: TraceJob, width: int, default_limit: Optional[float] = None,
+                 true_duration: bool = False) -> JobRequest:
+        return trace_request(t, width, default_limit, true_duration)
 
     # ---- event plumbing -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, idx: int, version: int = 0):
@@ -179,9 +213,12 @@ class Simulator:
         while self.heap:
             t = self.heap[0][0]
             self._advance(t)
-            changed = False
+            changed = timers = False
             while self.heap and self.heap[0][0] == t:
                 _, kind, _, idx, version = heapq.heappop(self.heap)
+                if kind == TIMER:
+                    timers = True
+                    continue
                 job = self.jobs[idx]
                 if kind == ARRIVAL:
                     self._enqueue(job)
@@ -196,19 +233,33 @@ class Simulator:
                         changed = True
             if changed and self.queue:
                 self._schedule()
+            if timers and self.ext.on_timer(self.now) and self.queue:
+                self._schedule()
             self.timeline.append((self.now, self.state.busy_gpus(), self.work_rate))
             if self.progress and self.done >= next_report:
                 self.progress(self.done, total)
                 next_report = self.done + max(1, total // 200)
         if self.progress:
             self.progress(self.done, total)
+        estimated = [j for j in self.jobs if j.estimate is not None]
+        errors = estimate_errors([j.estimate for j in estimated], [j.trace.duration for j in estimated])
         return SimResult(self.policy.name, self.jobs, self.state.n_gpus, self.busy_gpu_time,
                          _thin(self.timeline, self.options.max_timeline), self.oom_events, self.preemptions,
-                         self.n_observations, start)
+                         self.n_observations, start, durations="oracle" if self.true_durations else "estimated",
+                         duration_errors=errors, runtime=self.ext.summary() if self.ext else {})
+
+    def push_timer(self, t: float):
+        """Wake the policy's runtime at ``t`` (``ext.on_timer``)."""
+        self._push(t, TIMER, -1)
 
     # ---- queue ----------------------------------------------------------------------------------
     def _enqueue(self, job: SimJob):
-        self.queue.add(job.req)
+        if self.ext is not None and self.ext.enqueue(job):
+            return  # the runtime keeps it (DeepBoot: elastic jobs wait for the next round)
+        if self.estimates is not None:
+            self.estimates.add(job.req)
+        else:
+            self.queue.add(job.req)
 
     def _schedule(self):
         """One scheduling cycle of the placement core (the very one horusd runs)."""
@@ -216,7 +267,7 @@ class Simulator:
         run_cycle(self.state, self.policy, self.queue, self.now,
                   start=lambda req, decision: self._start(jobs[req.job_id], decision),
                   preempt=(lambda job_id: self._preempt(jobs[job_id])) if self.may_reclaim else None,
-                  options=self.cycle_options)
+                  options=self.cycle_options, shrink=self.ext.shrink if self.ext is not None else None)
 
     @property
     def jobs_by_id(self) -> Dict[str, SimJob]:
@@ -230,6 +281,8 @@ class Simulator:
         state = self.state
         gpus = decision.gpu_ids
         cls = with_batch(job.req.job_class, decision.micro_batch) if decision.micro_batch else job.req.job_class
+        if self.ext is not None:
+            self.ext.before_start(job, decision)
         # OOM check against the truth: the new job fails at start, the residents are unharmed
         for g in gpus:
             if state.gpu_njobs[g]:
@@ -257,6 +310,8 @@ class Simulator:
         job.gpu_types = tuple(state.gpu_type_of(g) for g in gpus)
         if job.first_start is None:
             job.first_start = self.now
+            # the estimate the start was decided on (also kept, for its error, with true durations)
+            job.estimate = self.estimator.estimate_request(job.req)
         self._refresh(self._jobs_on(gpus) if gpus else [job])
         return True
 
@@ -269,11 +324,12 @@ class Simulator:
 
     def _jobs_on(self, gpus) -> List[SimJob]:
         seen, out = set(), []
+        running = self.running_by_id
         for g in gpus:
             for jid in self.state.gpu_jobs[g]:
-                if jid not in seen:
+                if jid not in seen and jid in running:  # (not a runtime's holder: DeepBoot's idle pods)
                     seen.add(jid)
-                    out.append(self.running_by_id[jid])
+                    out.append(running[jid])
         return out
 
     def _settle(self, job: SimJob):
@@ -305,6 +361,8 @@ class Simulator:
             if len(residents) == 2:
                 other = classes[1] if residents[0] == job.req.job_id else classes[0]
                 pair = (state.gpu_type_of(g), other)
+        if self.ext is not None:
+            rate *= self.ext.speed(job)
         return rate * job.factor, shared, pair
 
     def _refresh(self, jobs: Sequence[SimJob]):
@@ -344,19 +402,39 @@ class Simulator:
         return self._jobs_on(gpus)
 
     def _finish(self, job: SimJob):
+        gpus = self.state.jobs[job.req.job_id].gpus
         others = self._stop(job)
         job.work = 0.0
         job.end = self.now
         self.done += 1
+        # what sacct tells a live site: how long it ran (slowed down when it shared); "limit": nothing
+        # learned (a horusd whose history store holds no run times yet, as in a short replay)
+        if self.options.durations == "limit":
+            pass
+        elif self.estimates is not None:
+            self.estimates.observe(job.req.user, job.req.job_class, job.run_time)
+        else:
+            self.estimator.observe(job.req.user, job.req.job_class, job.run_time)
         self._refresh(others)
+        if self.ext is not None:
+            self.ext.finished(job, gpus)
 
     def _preempt(self, job: SimJob):
         others = self._stop(job)
         job.preemptions += 1
         self.preemptions += 1
-        job.work += self.options.restart_cost
+        job.work += self.ext.preempt_work(job) if self.ext is not None else self.options.restart_cost
         self._refresh(others)
         self._enqueue(job)
+
+    def _resize(self, job: SimJob, gpus):
+        """Move a running elastic job onto ``gpus`` (exclusive GPUs: nobody else's rate changes); the
+        caller refreshes its rate."""
+        self._settle(job)
+        running = self.state.release(job.req.job_id)
+        running.gpus = tuple(gpus)
+        self.state.place(running)
+        job.gpu_types = tuple(self.state.gpu_type_of(g) for g in gpus)
 
 
 def _thin(points: List[tuple], limit: int) -> List[tuple]:

@@ -9,9 +9,12 @@ import numpy as np
 
 from .engine import SimResult
 
-SUMMARY_KEYS = ("makespan", "mean_jct", "median_jct", "p99_jct", "mean_queueing_delay",
-                "gpu_allocation_ratio", "effective_utilization", "shared_share", "mean_shared_slowdown",
-                "bad_pair_share", "oom_events", "preemptions", "jobs", "unfinished")
+RUN_KEYS = ("makespan", "mean_jct", "median_jct", "p99_jct", "mean_queueing_delay",
+            "gpu_allocation_ratio", "effective_utilization", "shared_share", "mean_shared_slowdown",
+            "bad_pair_share", "oom_events", "preemptions", "jobs", "unfinished")
+# what a simulated policy knew of durations (summarize adds them; a live run has none)
+KNOWLEDGE_KEYS = ("durations", "duration_mare", "estimator")
+SUMMARY_KEYS = RUN_KEYS + KNOWLEDGE_KEYS
 
 
 @dataclass
@@ -34,9 +37,10 @@ def job_times(result: SimResult) -> List[JobTimes]:
 
 
 def summarize(result: SimResult) -> Dict[str, float]:
-    """The figures of a simulated run (see :func:`summarize_jobs`)."""
+    """The figures of a simulated run (see :func:`summarize_jobs`), with what it knew of durations
+    (:func:`_knowledge`)."""
     return summarize_jobs(job_times(result), result.n_gpus, result.start_time, result.busy_gpu_time,
-                          result.oom_events, result.preemptions)
+                          result.oom_events, result.preemptions) | _knowledge(result)
 
 
 def summarize_jobs(jobs: Sequence[JobTimes], n_gpus: int, start_time: float, busy_gpu_time: float,
@@ -52,7 +56,7 @@ def summarize_jobs(jobs: Sequence[JobTimes], n_gpus: int, start_time: float, bus
     """
     done = [j for j in jobs if j.end is not None]
     if not done:
-        return {k: 0.0 for k in SUMMARY_KEYS} | {"jobs": len(jobs), "unfinished": len(jobs)}
+        return {k: 0.0 for k in RUN_KEYS} | {"jobs": len(jobs), "unfinished": len(jobs)}
     submit = np.array([j.submit for j in done])
     end = np.array([j.end for j in done])
     first = np.array([j.start for j in done])
@@ -80,14 +84,24 @@ def summarize_jobs(jobs: Sequence[JobTimes], n_gpus: int, start_time: float, bus
     }
 
 
+def _knowledge(result: SimResult) -> dict:
+    """``durations``: what the policy knew of durations ("estimated", "oracle" or "limit");
+    ``duration_mare``: the median absolute relative error of the durations it used (0 with oracle
+    durations); ``estimator``: the duration estimator's error figures (``estimate_errors``), reported
+    even when the policy used the true durations."""
+    errors = result.duration_errors or {}
+    mare = 0.0 if result.durations == "oracle" else errors.get("mare", 0.0)
+    return {"durations": result.durations, "duration_mare": mare, "estimator": errors}
+
+
 def jct_by_kind(result: SimResult, kind: str) -> float:
     values = [j.end - j.trace.submit_time for j in result.jobs if j.end is not None and j.trace.kind == kind]
     return float(np.mean(values)) if values else 0.0
 
 
 JOB_COLUMNS = ("policy", "job_id", "job_class", "kind", "num_gpus", "submit_time", "start_time", "end_time",
-               "jct", "queueing_delay", "duration", "run_time", "shared_time", "bad_pair_time", "ooms",
-               "preemptions")
+               "jct", "queueing_delay", "duration", "estimated_duration", "estimate_source", "run_time",
+               "shared_time", "bad_pair_time", "ooms", "preemptions")
 
 
 def job_rows(result: SimResult) -> List[dict]:
@@ -98,7 +112,9 @@ def job_rows(result: SimResult) -> List[dict]:
             "num_gpus": j.req.n_gpus, "submit_time": j.trace.submit_time, "start_time": j.first_start,
             "end_time": j.end, "jct": None if j.end is None else j.end - j.trace.submit_time,
             "queueing_delay": None if j.first_start is None else j.first_start - j.trace.submit_time,
-            "duration": j.trace.duration, "run_time": j.run_time, "shared_time": j.shared_time,
+            "duration": j.trace.duration,
+            "estimated_duration": j.estimate.seconds if j.estimate is not None else None,
+            "estimate_source": j.estimate.source if j.estimate is not None else None, "run_time": j.run_time, "shared_time": j.shared_time,
             "bad_pair_time": j.bad_time, "ooms": j.ooms, "preemptions": j.preemptions})
     return rows
 

@@ -4,7 +4,8 @@ A TraceJob's ``duration`` is its run time alone on its GPUs (seconds): the work 
 get done. Formats (``--trace-format``; ``auto`` guesses from the header / extension):
 
 * ``generic``: CSV with a header; required ``submit_time`` (s), ``duration`` (s), ``num_gpus``;
-  optional ``job_id``, ``job_class``, ``gpus_per_node``, ``partition``, ``user``, ``mem_mb``.
+  optional ``job_id``, ``job_class``, ``gpus_per_node``, ``partition``, ``user``, ``mem_mb``,
+  ``time_limit`` (s; empty or 0: none).
 * ``philly``: Pollux's ``philly.csv`` (``timestamp,duration,num_gpus,gpu_time,cluster``); the submit
   time is the timestamp minus the earliest one; the virtual cluster becomes the user.
 * ``gavel``: Gavel's tab-separated traces, 7 fields (job_type, command, num_steps_arg,
@@ -16,6 +17,9 @@ get done. Formats (``--trace-format``; ``auto`` guesses from the header / extens
   application's traces (see :func:`pollux_duration`); DeepBoot inference rows (``num_task`` ≥ 0)
   keep their ``duration`` and go to the ``infer`` partition.
 * ``tiresias``: Tiresias / Muri CSV (``job_id,num_gpu,submit_time,iterations,model_name,duration,...``).
+  Some public traces in this format store times in milliseconds: ``time_unit="ms"`` (``--time-unit
+  ms``) divides submit times and durations by 1,000; :func:`time_unit_warning` says when durations
+  read as seconds look like milliseconds.
 * ``alibaba``: Alibaba GPU v2023 pod list (``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,
   ...,creation_time,deletion_time,scheduled_time``): every pod, CPU-only ones included; a pod asking
   ``gpu_milli`` < 1000 of one GPU is a fractional request (``gpu_milli``), others ask whole GPUs;
@@ -36,6 +40,10 @@ from ..errors import InputError
 from ..textfiles import csv_records, header_of, text_lines
 
 FORMATS = ("auto", "generic", "philly", "gavel", "pollux", "tiresias", "alibaba")
+TIME_UNITS = {"s": 1.0, "ms": 1000.0}  # --time-unit: the divisor that turns the trace's times into seconds
+# A median run time above a day, read as seconds, is far outside any published DL trace (Philly,
+# Helios, Alibaba, Tiresias: minutes to hours) and is what a trace in milliseconds looks like.
+MS_SUSPECT_MEDIAN = 86400.0
 
 
 @dataclass
@@ -49,6 +57,7 @@ class TraceJob:
     partition: str = ""
     user: str = ""
     mem_mb: float = 0.0
+    time_limit: Optional[float] = None  # seconds, when the trace gives one (what a live site knows)
     kind: str = "train"  # or "infer"
     gpu_fraction: float = 1.0
     time_limit: Optional[float] = None  # seconds, when the job was given one (a live site knows it)
@@ -60,6 +69,8 @@ class TraceJob:
     gpu_types: tuple = ()  # accepted GPU models (lower case), () = any
     source: str = ""  # file:line, for error messages
     extra: Dict[str, str] = field(default_factory=dict)
+    # how the job scales with its replica count (Pollux-format workloads: the application's traces)
+    scaling: Optional["PolluxApplications"] = None
 
 
 def _bad(path, line, message):
@@ -126,12 +137,14 @@ def read_generic(path, **_) -> List[TraceJob]:
         gpn = _optional(path, line, row, "gpus_per_node", int, 0, minimum=0)
         if gpn and num_gpus % gpn:
             raise _bad(path, line, f"num_gpus={num_gpus} is not a multiple of gpus_per_node={gpn}")
+        limit = _optional(path, line, row, "time_limit", float, 0.0, minimum=0.0) or None
         jobs.append(TraceJob(
             job_id=_text(row, "job_id") or f"job{len(jobs)}",
             submit_time=_number(path, line, row, "submit_time", minimum=0.0), duration=duration,
             num_gpus=num_gpus, gpus_per_node=gpn, job_class=_text(row, "job_class") or None,
             partition=_text(row, "partition"), user=_text(row, "user"),
-            mem_mb=_optional(path, line, row, "mem_mb", float, 0.0, minimum=0.0), source=f"{path}:{line}"))
+            mem_mb=_optional(path, line, row, "mem_mb", float, 0.0, minimum=0.0), time_limit=limit,
+            source=f"{path}:{line}"))
     return jobs
 
 
@@ -208,6 +221,8 @@ class PolluxApplications:
         self.gpus_per_node = gpus_per_node
         self._steps: Dict[str, Dict[int, float]] = {}
         self._placements: Dict[str, Dict[str, List[tuple]]] = {}
+        self._scaling: Dict[str, Dict[tuple, List[tuple]]] = {}
+        self._ttt: Dict[tuple, float] = {}
 
     def _validation(self, app: str) -> Dict[int, float]:
         if app not in self._steps:
@@ -237,6 +252,74 @@ class PolluxApplications:
             self._placements[app] = table
         return self._placements[app]
 
+    def _scalability(self, app: str) -> Dict[tuple, List[tuple]]:
+        """``<app>/scalability.csv``: (nodes, replicas) -> [(local_bsz, step_time, sync_time)], the
+        measured runs wider than ``placements.csv`` covers."""
+        if app not in self._scaling:
+            table: Dict[tuple, List[tuple]] = {}
+            f = self.dir / app / "scalability.csv"
+            if f.exists():
+                for line, row in _csv_rows(f, ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")):
+                    key = (_number(f, line, row, "num_nodes", int, minimum=1),
+                           _number(f, line, row, "num_replicas", int, minimum=1))
+                    table.setdefault(key, []).append(
+                        (_number(f, line, row, "local_bsz"), _number(f, line, row, "step_time"),
+                         _number(f, line, row, "sync_time")))
+            self._scaling[app] = table
+        return self._scaling[app]
+
+    def step_rows(self, app: str, counts: Sequence[int]) -> List[tuple]:
+        """Measured (local_bsz, step_time, sync_time) rows of the placement with ``counts`` replicas per
+        node: ``placements.csv`` by its key (per-node counts in ascending order, ``(4, 2)`` → ``24``);
+        wider placements from ``scalability.csv``, the measured (nodes, replicas) nearest in ratio."""
+        counts = sorted(c for c in counts if c > 0)
+        key = "".join(str(c) for c in counts)
+        table = self._placement_table(app)
+        if key in table:
+            return sorted(table[key])
+        wide = self._scalability(app)
+        nodes, replicas = len(counts), sum(counts)
+        if wide:
+            near = min(wide, key=lambda k: (abs(math.log(k[0] / nodes)) + abs(math.log(k[1] / replicas)), k))
+            return sorted(wide[near])
+        packed = self.placement_key(replicas)
+        return sorted(table.get(packed) or table[max(table, key=lambda k: (len(k), sum(int(c) for c in k)))])
+
+    def local_bsz_range(self, app: str) -> tuple:
+        """Smallest and largest per-GPU batch size measured for ``app`` (Pollux's atomic batch range)."""
+        sizes = [r[0] for rows in self._placement_table(app).values() for r in rows]
+        return (min(sizes), max(sizes)) if sizes else (1.0, 1.0)
+
+    def time_to_target(self, app: str, counts: Sequence[int]) -> float:
+        """Seconds to the target metric on a placement (replicas per node), Pollux-style: the job runs
+        each measured batch size ``b`` it can (per-GPU batch ``ceil(b / replicas)`` at least the smallest
+        measured one; above the largest, gradient accumulation: ``s`` extra micro-steps each costing
+        ``step_time - sync_time``), steps to target = the last ``iteration`` of validation-``b``, step
+        times interpolated in the local batch size; the best ``b`` wins (Pollux picks the batch size
+        of highest goodput). ``inf`` when no batch size fits (too many replicas)."""
+        memo_key = (app, tuple(sorted(c for c in counts if c > 0)))
+        found = self._ttt.get(memo_key)
+        if found is not None:
+            return found
+        replicas = sum(memo_key[1])
+        steps_by_bsz = self._validation(app)
+        rows = self.step_rows(app, memo_key[1]) if replicas and self._placement_table(app) else []
+        best = math.inf
+        if rows and steps_by_bsz:
+            lo, hi = self.local_bsz_range(app)
+            xs = [r[0] for r in rows]
+            for bsz, steps in steps_by_bsz.items():
+                local = math.ceil(bsz / replicas - 1e-8)
+                if local < lo:
+                    continue
+                accum = math.ceil(local / hi - 1e-8) - 1
+                atomic = math.ceil(local / (accum + 1) - 1e-8)
+                step = _interp(xs, [r[1] for r in rows], atomic)
+                sync = _interp(xs, [r[2] for r in rows], atomic)
+                best = min(best, steps * (step + accum * (step - sync)))
+        self._ttt[memo_key] = best
+        return best
+
     def placement_key(self, replicas: int) -> str:
         full, rest = divmod(replicas, self.gpus_per_node)
         digits = ([str(rest)] if rest else []) + [str(self.gpus_per_node)] * full
@@ -257,6 +340,17 @@ class PolluxApplications:
         local = batch_size / replicas
         _, step_time, sync_time = min(table[key], key=lambda r: abs(r[0] - local))
         return steps * (step_time + sync_time)
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear ``y(x)`` through sorted ``xs`` (flat beyond both ends)."""
+    if x <= xs[0]:
+        return ys[0]
+    for k in range(1, len(xs)):
+        if x <= xs[k]:
+            x0, x1 = xs[k - 1], xs[k]
+            return ys[k] if x1 == x0 else ys[k - 1] + (ys[k] - ys[k - 1]) * (x - x0) / (x1 - x0)
+    return ys[-1]
 
 
 def pollux_duration(apps: PolluxApplications, app: str, replicas: int, batch_size: float):
@@ -284,7 +378,8 @@ def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
             duration = _number(path, line, row, "duration", minimum=0.0)
             model = app.split("-")[1] if app.count("-") >= 1 else app
             jobs.append(TraceJob(_text(row, "name"), submit, duration, replicas, job_class=f"infer-{model}",
-                                 partition="infer", kind="infer", source=f"{path}:{line}"))
+                                 partition="infer", kind="infer", source=f"{path}:{line}",
+                                 extra={"application": app}))
             continue
         if apps is None:
             apps = PolluxApplications(_pollux_traces_dir(path, traces_dir))
@@ -294,20 +389,40 @@ def read_pollux(path, traces_dir=None, **_) -> List[TraceJob]:
             raise _bad(path, line, f"unknown application {app!r} (no traces under {apps.dir / app})")
         jobs.append(TraceJob(_text(row, "name"), submit, duration, replicas, job_class=None,
                              partition="train" if "num_task" in row else "", source=f"{path}:{line}",
-                             extra={"application": app}))
+                             extra={"application": app}, scaling=apps))
     return jobs
 
 
-def read_tiresias(path, **_) -> List[TraceJob]:
+def read_tiresias(path, time_unit: str = "s", **_) -> List[TraceJob]:
+    """Tiresias CSV; ``time_unit`` (``s`` or ``ms``) is the unit of its submit times and durations."""
+    divisor = _time_divisor(time_unit)
     jobs = []
     for line, row in _csv_rows(path, ("num_gpu", "submit_time", "duration")):
         model = _text(row, "model_name")
         jobs.append(TraceJob(_text(row, "job_id") or f"job{len(jobs)}",
-                             _number(path, line, row, "submit_time", minimum=0.0),
-                             _number(path, line, row, "duration", minimum=0.0),
+                             _number(path, line, row, "submit_time", minimum=0.0) / divisor,
+                             _number(path, line, row, "duration", minimum=0.0) / divisor,
                              _number(path, line, row, "num_gpu", int, minimum=1),
                              job_class=None, source=f"{path}:{line}", extra={"model": model} if model else {}))
     return jobs
+
+
+def _time_divisor(time_unit: str) -> float:
+    if time_unit not in TIME_UNITS:
+        raise InputError(f"time unit {time_unit!r}: expected one of {', '.join(TIME_UNITS)}")
+    return TIME_UNITS[time_unit]
+
+
+def time_unit_warning(jobs: Sequence[TraceJob]) -> Optional[str]:
+    """A warning when the durations read (in seconds) look like milliseconds, else None."""
+    durations = sorted(j.duration for j in jobs if j.kind == "train")
+    if not durations:
+        return None
+    median = durations[len(durations) // 2]
+    if median < MS_SUSPECT_MEDIAN:
+        return None
+    return (f"warning: the median job duration is {median:,.0f} s ({median / 86400:.1f} days): "
+            f"the trace's times look like milliseconds (use --time-unit ms if they are)")
 
 
 def read_alibaba(path, **_) -> List[TraceJob]:
@@ -376,6 +491,13 @@ def read_trace(path, fmt: str = "auto", **options) -> List[TraceJob]:
         fmt = guess_format(path)
     if fmt not in READERS:
         raise InputError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
+    unit = options.pop("time_unit", "s")
+    _time_divisor(unit)
+    if unit != "s":
+        if fmt != "tiresias":
+            raise InputError(f"{path}: --time-unit {unit} applies to Tiresias-format traces only "
+                             f"(this one reads as {fmt})")
+        options["time_unit"] = unit
     jobs = READERS[fmt](path, **options)
     for job in jobs:
         if job.duration < 0:

@@ -65,6 +65,19 @@ def job_rows_since(db, since=None, until=None, where="", params=(), fields=JOB_F
     return db.execute(sql, args).fetchall()
 
 
+DURATION_FIELDS = ("user", "job_class", "elapsed_s", "state", "n_gpus", "shards", "end_time")
+
+
+def finished_gpu_jobs(db, limit=20000):
+    """The ``limit`` GPU jobs (whole GPUs or shards) that ended last, oldest first: the run times the
+    duration estimator learns from (``placement.duration.estimator_from_records``)."""
+    sql = (f"SELECT {', '.join(DURATION_FIELDS)} FROM jobs WHERE end_time IS NOT NULL AND elapsed_s > 0 "
+           "AND (n_gpus > 0 OR shards > 0) ORDER BY end_time DESC LIMIT ?")
+    rows = [dict(zip(DURATION_FIELDS, row)) for row in db.execute(sql, (int(limit),))]
+    rows.reverse()
+    return rows
+
+
 def sampled_gpus(db, job_ids=None):
     """{job_id: {(node, gpu_index)}} from the collector's per-job rows (their rollup)."""
     held = defaultdict(set)

@@ -123,8 +123,11 @@ def make_policy(spec: str, models: PolicyModels):
                         similarity_pairs=models.pairs(options.get("similarity", IaspIapp.similarity)), **options)
     if name in ("deepboot", "deepboot-nolend"):
         options = _coerce(DeepBoot, raw)
-        if name == "deepboot-nolend":
+        if "lend" in options:
+            options["lend"] = str(options["lend"]).lower() in ("1", "true", "yes", "on")
+        if name == "deepboot-nolend":  # the baseline: rigid jobs in their own partition
             options["lend"] = False
+            options.setdefault("elastic", False)
         policy = DeepBoot(**options)
         policy.name = name
         return policy

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..fragmentation import FragmentationModel
 from ..framework import NEG_INF, Policy, pressure
+from ..request import Decision
 from .sjf_bsbf import pair_benefit
 
 
@@ -108,6 +109,58 @@ class Horus(Policy):
     def _fractional_workload(self) -> bool:
         return any(shape.units > 0 for shape, _ in self.fragmentation.typical)
 
+    def decide_quickly(self, cycle):
+        """The pipeline's answer for a 1-GPU job on one GPU type, without scoring every GPU.
+
+        Under pressure a free GPU scores ``free_score`` and a qualifying pair its class's value, so
+        the GPU :meth:`select` takes (the first of the highest score) is found by testing the pairs of
+        the best-valued resident class first: the SJF-BSBF benefit, the only per-GPU test, is then
+        computed on a few hundred GPUs instead of thousands. When that class has no qualifying GPU,
+        all the classes that could still beat a free GPU are tested at once. Held equal to the
+        pipeline by tests/test_placement.py."""
+        state, req = cycle.state, cycle.req
+        if req.n_gpus != 1 or len(state.gpu_types) != 1 or self.min_tput <= 0:
+            return None  # (min_tput > 0: a qualifying pair never has a predicted 0, masked later)
+        if req.gpu_units > 0 or (req.exclusive and self._fractional_workload()):
+            return None  # a fraction of a GPU: FGD's rule (_score_fraction), the pipeline's
+        resident = state.gpu_class0[cycle.idx]
+        free = resident < 0
+        first_free = int(np.argmax(free)) if free.any() else -1
+        if not pressure(cycle) and req.n_gpus <= state.n_free:
+            cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
+            if first_free < 0:
+                return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy",
+                                n_feasible=len(cycle.idx))
+            return self._decision_at(cycle, [first_free])
+        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+        need_c = ok_c | bsbf_c
+        need_c[-1] = False
+        floor = self.free_score if first_free >= 0 else NEG_INF
+        need_c &= value >= floor  # a class valued below a free GPU can never be selected
+        best_pos, best_value = -1, NEG_INF
+        if need_c.any():
+            top = value[need_c].max()
+            for classes in (need_c & (value == top), need_c & (value < top)):
+                if not classes.any():
+                    continue
+                pos = np.flatnonzero(classes[resident])
+                if len(pos) == 0:
+                    continue
+                ok = self._pair_ok(cycle, pos, resident[pos], jt, rt, ok_c, bsbf_c)
+                if ok.any():
+                    vals = value[resident[pos[ok]]]
+                    best_value = vals.max()
+                    best_pos = int(pos[ok][np.argmax(vals)])  # first of the highest
+                    break
+        cycle.notes["reason"] = "pressure: best predicted pair"
+        if first_free >= 0 and (best_pos < 0 or self.free_score > best_value
+                                or (self.free_score == best_value and first_free < best_pos)):
+            return self._decision_at(cycle, [first_free])
+        if best_pos < 0:
+            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+                            n_feasible=len(cycle.idx))
+        return self._decision_at(cycle, [best_pos])
+
     def score_gpus(self, cycle):
         req = cycle.req
         if req.gpu_units > 0 or (req.exclusive and self._fractional_workload()):
@@ -117,17 +170,21 @@ class Horus(Policy):
         if not busy and cycle.req.n_gpus <= cycle.state.n_free:
             cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
             return np.where(free, self.free_score, NEG_INF)  # only free GPUs qualify: first fit
+        if len(cycle.state.gpu_types) == 1:
+            score, ok = self._score_by_class(cycle)
+        else:
+            score, ok = self._score_per_gpu(cycle)
+        cycle.notes["reason"] = "pressure: best predicted pair"
+        if not free.any() and not ok.any():
+            cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
+        return score
+
+    def _score_per_gpu(self, cycle):
+        """The rule, one vector operation per step over the feasible GPUs (any mix of GPU types)."""
+        free = cycle.free
         jt, rt = cycle.job_tput, cycle.res_tput
         combined = jt + rt
-        threshold = self.min_combined
-        if self.min_combined_known != self.min_combined and len(cycle.state.gpu_types) == 1:
-            known = self.pairs.known(cycle.state.gpu_types[0])
-            c = cycle.class_id
-            # per resident class (trailing entry: free GPU), then one gather per GPU
-            by_class = np.append(np.where(known[c] & known[:, c], self.min_combined_known, self.min_combined),
-                                 self.min_combined)
-            threshold = by_class[cycle.resident]
-        ok = (combined >= threshold) & (jt >= self.min_tput) & (rt >= self.min_tput)
+        ok = (combined >= self.min_combined) & (jt >= self.min_tput) & (rt >= self.min_tput)
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
@@ -144,29 +201,101 @@ class Horus(Policy):
         # among the pairs worth making, the job's own speed counts double: it is the job being
         # placed now (queue order put it first), the resident has been running already
         value = combined if self.score_rule == "combined" else jt + 0.5 * rt
-        score = np.where(free, self.free_score, np.where(ok, value, NEG_INF))
-        cycle.notes["reason"] = "pressure: best predicted pair"
-        if not free.any() and not ok.any():
-            cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
-        return score
+        return np.where(free, self.free_score, np.where(ok, value, NEG_INF)), ok
+
+    def _score_by_class(self, cycle):
+        """The same rule on one GPU type, where everything but the pair's benefit depends only on the
+        resident's class: each test is computed once per class (a short vector, the trailing entry
+        for a free GPU) and gathered per GPU; the benefit, which needs the resident's expected end,
+        is computed only on the GPUs whose class passes the rest."""
+        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+        resident = cycle.resident  # class id per feasible GPU, -1 (the trailing entry) when free
+        if self.require_benefit or self.bsbf_gain > 0:
+            need_c = (ok_c | bsbf_c) if self.require_benefit else bsbf_c & ~ok_c
+            need_c[-1] = False
+            ok = ok_c[resident] if not self.require_benefit else np.zeros(len(resident), dtype=bool)
+            pos = np.flatnonzero(need_c[resident])
+            if len(pos):
+                ok[pos] = self._pair_ok(cycle, pos, resident[pos], jt, rt, ok_c, bsbf_c)
+        else:
+            ok = ok_c[resident]
+        return np.where(ok | cycle.free, value[resident], NEG_INF), ok
+
+    def _class_tests(self, cycle):
+        """Per resident class (trailing entry: a free GPU): the job's and the resident's predicted
+        throughputs, the class-level tests (``ok_c``: combined, known-pair threshold, min_tput,
+        window; ``bsbf_c``: the short-next-to-long exception's class part) and the score of a
+        qualifying GPU (a free GPU's: ``free_score``). Kept for the cycle (``ctx.extra``) until the
+        pair table learns something: they depend on the class, the table and the window only."""
+        state = cycle.state
+        c = cycle.class_id
+        mat = self.pairs.matrix(state.gpu_types[0])
+        cache = cycle.ctx.extra.setdefault("_class_tests", {})
+        key = (id(self), c, id(mat), len(mat), self.pairs.n_observations)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self._compute_class_tests(cycle, c, mat)
+            for array in found:
+                array.flags.writeable = False  # shared by the cycle's decisions
+        return found
+
+    def _compute_class_tests(self, cycle, c, mat):
+        state = cycle.state
+        jt = np.append(mat[c], 1.0)
+        rt = np.append(mat[:, c], 1.0)
+        combined = jt + rt
+        threshold = self.min_combined
+        if self.min_combined_known != self.min_combined:
+            known = self.pairs.known(state.gpu_types[0])
+            threshold = np.append(np.where(known[c] & known[:, c], self.min_combined_known, self.min_combined),
+                                  self.min_combined)
+        both_fast = (jt >= self.min_tput) & (rt >= self.min_tput)
+        ok_c = (combined >= threshold) & both_fast
+        window = cycle.ctx.extra.get("window")
+        if window is not None and len(window):
+            ok_c &= combined >= self._partner_by_class(cycle, window) - self.partner_slack
+        bsbf_c = (combined >= 1.0) & both_fast if self.bsbf_gain > 0 else np.zeros(len(jt), dtype=bool)
+        bsbf_c[-1] = False  # a free GPU has no partner
+        value = combined if self.score_rule == "combined" else jt + 0.5 * rt
+        value[-1] = self.free_score
+        return jt, rt, ok_c, bsbf_c, value
+
+    def _pair_ok(self, cycle, pos, res, jt, rt, ok_c, bsbf_c):
+        """Whether the pairs at feasible positions ``pos`` (resident classes ``res``) qualify, given
+        the class tests: the SJF-BSBF benefit decides (see :meth:`_score_per_gpu`)."""
+        if not self.require_benefit and self.bsbf_gain <= 0:
+            return ok_c[res]
+        e_a = cycle.req.expected_duration()
+        e_b = np.maximum(cycle.state.gpu_end0[cycle.idx[pos]] - cycle.ctx.now, 1.0)
+        gain = pair_benefit(e_a, e_b, jt[res], rt[res]) / (e_a + e_b)
+        ok = (ok_c[res] & (gain > 0)) if self.require_benefit else ok_c[res]
+        if self.bsbf_gain > 0:
+            ok |= (gain >= self.bsbf_gain) & bsbf_c[res]
+        return ok
+
+    def _partner_by_class(self, cycle, window, gpu_type=None):
+        """Per resident class (trailing entry: a free GPU): the best combined throughput any waiting
+        job would reach with it (computed once per cycle and GPU type)."""
+        state = cycle.state
+        name = gpu_type or state.gpu_types[0]
+        cache = cycle.ctx.extra.setdefault("_best_partner", {})
+        mat = self.pairs.matrix(name)
+        best = cache.get((id(self), name))
+        if best is None or len(best) != len(mat) + 1:
+            w = np.asarray(window)
+            # trailing 0: a free GPU (resident -1) has no partner to keep it for
+            best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
+            cache[(id(self), name)] = best
+        return best
 
     def _best_partner(self, cycle, window):
         """Per feasible GPU: the best combined throughput any waiting job would reach there."""
         state = cycle.state
-        cache = cycle.ctx.extra.setdefault("_best_partner", {})
-        types = state.gpu_type_id[cycle.idx] if len(state.gpu_types) > 1 else None
+        if len(state.gpu_types) == 1:
+            return self._partner_by_class(cycle, window)[cycle.resident]
+        types = state.gpu_type_id[cycle.idx]
         out = np.zeros(len(cycle.idx))
-        for t in (np.unique(types) if types is not None else (0,)):
-            name = state.gpu_types[t]
-            mat = self.pairs.matrix(name)
-            best = cache.get(name)
-            if best is None or len(best) != len(mat) + 1:
-                w = np.asarray(window)
-                # trailing 0: a free GPU (resident -1) has no partner to keep it for
-                best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
-                cache[name] = best
-            if types is None:
-                return best[cycle.resident]
+        for t in np.unique(types):
             sel = types == t
-            out[sel] = best[cycle.resident[sel]]
+            out[sel] = self._partner_by_class(cycle, window, state.gpu_types[t])[cycle.resident[sel]]
         return out

@@ -1,0 +1,233 @@
+"""Robustness matrix: does horus win where nobody tuned it? (cross-validated, estimated durations)
+
+Reads /work/shared/data (not shipped): ``$HORUS_SHARED_DATA`` or ``../shared/data`` relative to the
+repository root. Lucid's RTX 3090 measurements are used as a truth for evaluation only, never copied.
+
+Cases (each a small cluster, ``--gpus`` GPUs in 4-GPU nodes, ``--jobs`` jobs, so that the whole matrix
+runs in minutes):
+
+* truth (the simulator's real pair slowdowns, hidden from the policies, which start from the
+  built-in priors without that GPU type's pairs): Gavel V100, Gavel P100, Lucid RTX 3090;
+* trace: ``philly-1gpu`` (Pollux's Philly table, 1-GPU jobs of 1 min to 4 h), ``philly-mix`` (the
+  same with 1-, 2-, 4- and 8-GPU jobs), ``gavel-msr`` (a Gavel ``traces_msr`` virtual-cluster trace,
+  one file per seed; with the Lucid truth its classes are redrawn from Lucid's);
+* offered load (work arriving per second / GPUs): ``--loads`` (0.8, 1.5, 3);
+* durations known to the policies: ``estimated`` (the duration estimator) and ``oracle``;
+* seeds: ``--seeds`` (sample of the trace, classes).
+
+Per case: horus's mean JCT and makespan, the best other policy's (by mean JCT, among slurm-default,
+sjf, sjf-ffs, sjf-bsbf, horus-util, iasp-iapp), sjf-bsbf's makespan, and the oracle's (perfect
+knowledge: true pair matrix and true durations). Acceptance clauses, with estimated durations:
+``jct``: horus's mean JCT ≤ the best other's; ``makespan``: horus's makespan ≤ 1.02 × sjf-bsbf's;
+``gain``: horus takes ≥ 0.8 of the oracle's mean-JCT gain over slurm-default.
+
+Cross-validation: horus's remaining parameters are chosen among ``--variants`` on the *tuning
+family* only (``--tune-truth`` × ``--tune-trace``, every load and seed, estimated durations), by the
+mean log-ratio of horus's mean JCT to the best other's; the chosen variant is then scored on every
+other case, and the summary counts only cases outside the tuning family. The JSON says what was
+tuned where. Prints one JSON document; the matrix as a table on stderr.
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from shared_data import LUCID_GPU, load_lucid, shared_data_dir  # noqa: E402
+from slurm_horus.interference import builtin_priors, write_profiles_csv  # noqa: E402
+from slurm_horus.sim.engine import SimOptions  # noqa: E402
+from slurm_horus.sim.metrics import summarize  # noqa: E402
+from slurm_horus.sim.run import parse_cluster, run_policies  # noqa: E402
+from slurm_horus.sim.traces import read_trace  # noqa: E402
+from slurm_horus.sim.truth import Truth, load_truth  # noqa: E402
+
+OTHERS = ["slurm-default", "sjf", "sjf-ffs", "sjf-bsbf", "horus-util", "iasp-iapp"]
+VARIANTS = "horus,horus/guard=0,horus/min_combined=1.2,horus/bsbf_gain=0"
+TRUTHS = ("v100", "p100", "rtx3090")
+TRACES = ("philly-1gpu", "philly-mix", "gavel-msr")
+
+
+class Truths:
+    """The truth of each GPU type, and the profiles file the policies get for it (Lucid's classes)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self._cache = {}
+
+    def get(self, gpu: str):
+        if gpu not in self._cache:
+            if gpu == LUCID_GPU:
+                profiles, observations, _ = load_lucid()
+                path = os.path.join(self.folder, "lucid_profiles.csv")  # a scratch copy, outside the project
+                write_profiles_csv(path, profiles)
+                truth = Truth(observations, list(builtin_priors()[0]) + list(profiles), name=f"lucid:{gpu}")
+                self._cache[gpu] = (truth, path)
+            else:
+                self._cache[gpu] = (load_truth(f"gavel:{gpu}"), None)
+        return self._cache[gpu]
+
+
+_PHILLY = []
+
+
+def _philly(n_jobs, seed, multi):
+    if not _PHILLY:  # read once: 82k timestamps to parse
+        _PHILLY.extend(read_trace(str(shared_data_dir() / "pollux_adaptdl" / "traces" / "philly.csv"), "philly"))
+    jobs = [copy.copy(j) for j in _PHILLY]
+    sizes = (1, 2, 4, 8) if multi else (1,)
+    jobs = sorted((j for j in jobs if j.num_gpus in sizes and 60.0 <= j.duration <= 4 * 3600.0),
+                  key=lambda j: j.submit_time)
+    picks = sorted(np.random.default_rng(seed).choice(len(jobs), min(n_jobs, len(jobs)), replace=False))
+    return [jobs[i] for i in picks]
+
+
+def _gavel_msr(n_jobs, seed, truth):
+    folder = shared_data_dir() / "gavel" / "traces_msr" / "seed=0"
+    files = sorted(folder.glob("*.trace"))
+    path = files[seed % len(files)]
+    v100 = load_truth("gavel:v100")  # durations: steps / V100 solo throughput (the trace's own rule)
+    jobs = read_trace(str(path), "gavel", solo_tput=lambda cls: v100.solo_tput(cls, "v100"))
+    jobs = sorted(jobs, key=lambda j: j.submit_time)
+    jobs = [j for j in jobs if 60.0 <= j.duration <= 8 * 3600.0][:n_jobs]
+    for j in jobs:
+        if not truth.has_class(j.job_class or ""):
+            j.job_class = None  # redrawn from the truth's classes by seed
+    return jobs, path.name
+
+
+def workload(trace, n_jobs, seed, truth):
+    if trace == "gavel-msr":
+        jobs, name = _gavel_msr(n_jobs, seed, truth)
+    else:
+        jobs, name = _philly(n_jobs, seed, trace == "philly-mix"), "philly.csv"
+    first = min(j.submit_time for j in jobs)
+    for j in jobs:
+        j.submit_time -= first
+        if trace != "gavel-msr":
+            j.job_class = None
+    return jobs, name
+
+
+def offered_load(jobs, n_gpus):
+    span = max(j.submit_time for j in jobs) - min(j.submit_time for j in jobs)
+    return sum(j.duration * j.num_gpus for j in jobs) / (max(span, 1.0) * n_gpus)
+
+
+def run_case(truths, gpu, trace, load, durations, seed, policies, args):
+    truth, profiles = truths.get(gpu)
+    jobs, source = workload(trace, args.jobs, seed, truth)
+    groups = parse_cluster(f"{args.gpus // 4}x4:{gpu}")
+    n_gpus = args.gpus
+    factor = load / offered_load(jobs, n_gpus)
+    results = run_policies(copy.deepcopy(jobs), groups, truth, policies, seed=seed, load=factor,
+                           profiles_path=profiles, options=SimOptions(durations=durations))
+    return {r.policy: {k: summarize(r)[k] for k in ("mean_jct", "makespan", "effective_utilization")}
+            for r in results}, source
+
+
+def judge(summary, horus):
+    h = summary[horus]
+    others = {n: s for n, s in summary.items() if n in OTHERS}
+    best = min(others, key=lambda n: others[n]["mean_jct"])
+    default, oracle = summary["slurm-default"]["mean_jct"], summary["oracle"]["mean_jct"]
+    gain = (default - h["mean_jct"]) / (default - oracle) if default > oracle else None
+    return {"horus_jct": h["mean_jct"], "horus_makespan": h["makespan"], "best_other": best,
+            "best_other_jct": others[best]["mean_jct"], "sjf_bsbf_makespan": summary["sjf-bsbf"]["makespan"],
+            "oracle_jct": oracle, "default_jct": default, "oracle_gain_taken": gain,
+            "jct_ok": h["mean_jct"] <= others[best]["mean_jct"] * (1 + 1e-9),
+            "makespan_ok": h["makespan"] <= 1.02 * summary["sjf-bsbf"]["makespan"],
+            "gain_ok": gain is None or gain >= 0.8}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--gpus", type=int, default=32)
+    parser.add_argument("--truths", default=",".join(TRUTHS))
+    parser.add_argument("--traces", default=",".join(TRACES))
+    parser.add_argument("--loads", default="0.8,1.5,3")
+    parser.add_argument("--durations", default="estimated,oracle")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--variants", default=VARIANTS, help="horus variants the cross-validation chooses from")
+    parser.add_argument("--tune-truth", default="v100")
+    parser.add_argument("--tune-trace", default="philly-1gpu")
+    args = parser.parse_args()
+    started = time.time()
+    loads = [float(x) for x in args.loads.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    variants = args.variants.split(",")
+    with tempfile.TemporaryDirectory() as scratch:
+        truths = Truths(scratch)
+        # 1. tune: every variant on the tuning family (estimated durations), keep the best
+        scores = {v: [] for v in variants}
+        for load in loads:
+            for seed in seeds:
+                summary, _ = run_case(truths, args.tune_truth, args.tune_trace, load, "estimated", seed,
+                                      OTHERS + ["oracle"] + variants, args)
+                best_other = min(summary[n]["mean_jct"] for n in OTHERS)
+                for v in variants:
+                    scores[v].append(math.log(summary[v]["mean_jct"] / best_other))
+        tuned = {v: sum(s) / len(s) for v, s in scores.items()}
+        chosen = min(variants, key=lambda v: tuned[v])
+        print(json.dumps({"tuning": tuned, "chosen": chosen}), file=sys.stderr)
+        # 2. score the chosen variant everywhere
+        cases = []
+        for gpu in args.truths.split(","):
+            for trace in args.traces.split(","):
+                for load in loads:
+                    for durations in args.durations.split(","):
+                        for seed in seeds:
+                            summary, source = run_case(truths, gpu, trace, load, durations, seed,
+                                                       OTHERS + ["oracle", chosen], args)
+                            row = {"truth": gpu, "trace": trace, "source": source, "load": load,
+                                   "durations": durations, "seed": seed,
+                                   "tuning_family": gpu == args.tune_truth and trace == args.tune_trace}
+                            row.update(judge(summary, chosen))
+                            cases.append(row)
+                            print(_line(row), file=sys.stderr)
+    judged = [c for c in cases if not c["tuning_family"] and c["durations"] == "estimated"]
+    summary = {"cases_judged": len(judged),
+               "jct_ok": sum(c["jct_ok"] for c in judged),
+               "makespan_ok": sum(c["makespan_ok"] for c in judged),
+               "gain_ok": sum(c["gain_ok"] for c in judged),
+               "all_ok": sum(c["jct_ok"] and c["makespan_ok"] and c["gain_ok"] for c in judged),
+               "median_oracle_gain_taken": _median([c["oracle_gain_taken"] for c in judged
+                                                    if c["oracle_gain_taken"] is not None]),
+               "median_jct_vs_best_other": _median([c["horus_jct"] / c["best_other_jct"] for c in judged])}
+    print(json.dumps(summary), file=sys.stderr)
+    print(json.dumps({"setup": {"jobs": args.jobs, "gpus": args.gpus, "loads": loads, "seeds": seeds},
+                      "cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace,
+                                                        "durations": "estimated", "loads": loads, "seeds": seeds},
+                                           "variants_mean_log_jct_vs_best_other": tuned, "chosen": chosen,
+                                           "judged_on": "every other truth × trace; summary: estimated durations"},
+                      "summary": summary, "cases": cases, "seconds": round(time.time() - started, 1)}, indent=2))
+
+
+def _median(values):
+    values = sorted(v for v in values if v is not None)
+    return values[len(values) // 2] if values else None
+
+
+def _line(row) -> str:
+    gain = row["oracle_gain_taken"]
+    return (f"{row['truth']:<8} {row['trace']:<12} load {row['load']:<4} {row['durations']:<9} seed {row['seed']}"
+            f"{' (tuned here)' if row['tuning_family'] else ''}: horus JCT {row['horus_jct']:.0f}s vs "
+            f"{row['best_other']} {row['best_other_jct']:.0f}s, oracle {row['oracle_jct']:.0f}s, "
+            f"gain taken {'-' if gain is None else f'{gain:.2f}'}, makespan/sjf-bsbf "
+            f"{row['horus_makespan'] / row['sjf_bsbf_makespan']:.3f}"
+            f"  [{'J' if row['jct_ok'] else 'j'}{'M' if row['makespan_ok'] else 'm'}{'G' if row['gain_ok'] else 'g'}]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,393 @@
+"""Duration estimates: how long a job will run, from what a live site knows, with their own spread.
+
+One estimator for horusd and the simulator. A live site knows a job's time limit (if the user or
+the partition gave one) and the run times of the jobs that finished before (sacct, ingested into
+the history store); the simulator feeds the estimator the same way, from the jobs that finished
+earlier in the run. Neither ever sees the job's own run time before it ends.
+
+**The rule** (:meth:`DurationEstimator.estimate`):
+
+1. History: the run times of finished jobs, kept per key, the last ``recent`` (10) of each. The
+   first key with at least ``min_runs`` (1) run is used, most specific first: the same **user and
+   class**, then the **class** (any user), then the **user** (any class), then the **site** (every
+   finished job).
+2. Estimate: the **median** of those recent runs (robust to the heavy tail and to a few crashed or
+   killed runs; recent, so it follows a user's drift).
+3. **Capped by the time limit**: Slurm kills a job at its limit, so it never runs longer.
+4. No key has enough runs (a cold site): the **time limit** when the job has one, else
+   ``default_duration`` (3,600 s; a setting: a site would use its partitions' ``DefaultTime``).
+
+**The spread** (for decisions under uncertainty): run times are close to log-normal, so the spread is
+``log_sigma``, a robust standard deviation of the log run times of the same sample (1.4826 × their
+median absolute deviation), shrunk toward ``prior_log_sigma`` (1.5, wide) when the sample is small
+(weight ``prior_runs`` = 2 runs), times ``spread_scale`` (1.7: the next run of a key strays further
+than its past runs do; calibrated so that 80 % of run times fall in [low, high]); a fallback (limit
+or default) carries ``prior_log_sigma``. ``low`` and ``high`` are the 10th and 90th percentiles of
+that log-normal, both capped by the limit.
+
+Settings (``recent``, ``min_runs``, the level order, ``spread_scale``) were chosen on Gavel's
+``traces_msr`` and the error is reported on Pollux's ``philly.csv`` (``bench/bench_durations.py``;
+figures in ``docs/placement.md``).
+
+Pure: no SQLite, no Slurm. :func:`estimator_from_records` takes plain records (the history store's
+``jobs`` rows as dicts) so that horusd can feed it from sacct-ingested history.
+"""
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+MAD_TO_SIGMA = 1.4826
+LEVELS = ("user+class", "class", "user", "site")
+# sacct states whose elapsed time is how long the job held its GPUs; a job that never really ran
+# (NODE_FAIL, BOOT_FAIL, REVOKED, DEADLINE) or was cut by someone else's job (PREEMPTED) is not
+COUNTED_STATES = frozenset(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY"])
+
+
+@dataclass(frozen=True)
+class DurationEstimate:
+    """A job's expected run time alone on its GPUs (seconds) and how sure the estimate is."""
+
+    seconds: float
+    log_sigma: float  # spread of log(run time): ~68 % of jobs within ×/÷ exp(log_sigma)
+    low: float  # 10th percentile
+    high: float  # 90th percentile (never above the time limit)
+    source: str  # "user+class", "class", "user", "site", "limit" or "default"
+    runs: int  # finished runs it rests on (0 for limit/default)
+
+    def to_dict(self) -> dict:
+        return {"seconds": round(self.seconds, 3), "log_sigma": round(self.log_sigma, 4),
+                "low": round(self.low, 3), "high": round(self.high, 3), "source": self.source, "runs": self.runs}
+
+
+@dataclass
+class DurationSettings:
+    recent: int = 10  # runs kept per key (the most recent)
+    min_runs: int = 1  # a key is used once it has this many runs
+    levels: Tuple[str, ...] = LEVELS  # keys tried in this order (a subset of LEVELS)
+    default_duration: float = 3600.0  # no history, no time limit
+    prior_log_sigma: float = 1.5  # spread of a fallback; small samples are shrunk toward it
+    prior_runs: float = 2.0  # weight of the prior spread, in runs
+    spread_scale: float = 1.7  # factor on the spread of a sample (calibration: 80 % inside [low, high])
+
+    def __post_init__(self):
+        unknown = [lv for lv in self.levels if lv not in LEVELS]
+        if unknown:
+            raise ValueError(f"unknown duration levels {unknown} (known: {', '.join(LEVELS)})")
+        if self.recent < 1 or self.min_runs < 1 or self.min_runs > self.recent:
+            raise ValueError("duration settings: need 1 <= min_runs <= recent")
+        if not self.default_duration > 0:
+            raise ValueError("duration settings: default_duration must be positive")
+
+    def describe(self) -> str:
+        return (f"median of the last {self.recent} runs of the first of {' > '.join(self.levels)} with "
+                f">= {self.min_runs} runs, capped by the time limit; else the time limit; "
+                f"else {self.default_duration:g} s")
+
+
+def _key(level: str, user: str, job_class: str):
+    if level == "user+class":
+        return ("uc", user, job_class) if user and job_class else None
+    if level == "class":
+        return ("c", job_class) if job_class else None
+    if level == "user":
+        return ("u", user) if user else None
+    return ("s",)
+
+
+class DurationEstimator:
+    """Online duration estimates: :meth:`observe` finished jobs, :meth:`estimate` waiting ones."""
+
+    def __init__(self, settings: Optional[DurationSettings] = None):
+        self.settings = settings or DurationSettings()
+        self._runs: Dict[tuple, Deque[float]] = {}
+        self._stats: Dict[tuple, Tuple[float, float, int]] = {}  # key -> (median, log_sigma, n)
+        self.observed = 0
+
+    def observe(self, user: str, job_class: str, run_time: float):
+        """A job finished after running ``run_time`` seconds (sacct's Elapsed)."""
+        if not (run_time > 0) or not math.isfinite(run_time):
+            return
+        self.observed += 1
+        recent = self.settings.recent
+        for level in self.settings.levels:
+            key = _key(level, user or "", job_class or "")
+            if key is None:
+                continue
+            runs = self._runs.get(key)
+            if runs is None:
+                runs = self._runs[key] = deque(maxlen=recent)
+            runs.append(float(run_time))
+            self._stats.pop(key, None)
+
+    def _sample(self, key) -> Optional[Tuple[float, float, int]]:
+        stats = self._stats.get(key)
+        if stats is None:
+            runs = self._runs.get(key)
+            if not runs or len(runs) < self.settings.min_runs:
+                return None
+            # a handful of values: plain Python is several times faster than numpy here
+            values = sorted(runs)
+            n = len(values)
+            half = n // 2
+            median = values[half] if n % 2 else (values[half - 1] + values[half]) / 2.0
+            mad_sigma = MAD_TO_SIGMA * _median([abs(math.log(v / median)) for v in values]) if n > 1 else 0.0
+            s = self.settings
+            sigma = s.spread_scale * math.sqrt((n * mad_sigma ** 2 + s.prior_runs * s.prior_log_sigma ** 2)
+                                               / (n + s.prior_runs))
+            stats = self._stats[key] = (median, sigma, n)
+        return stats
+
+    def _lookup(self, user: str, job_class: str):
+        """(level, (median, log_sigma, runs)) of the first history with enough runs, or None."""
+        for level in self.settings.levels:
+            key = _key(level, user or "", job_class or "")
+            found = self._sample(key) if key is not None else None
+            if found is not None:
+                return level, found
+        return None
+
+    def estimate(self, user: str = "", job_class: str = "", time_limit: Optional[float] = None) -> DurationEstimate:
+        """The estimate for a job of ``user`` and ``job_class`` with ``time_limit`` seconds (None: none)."""
+        limit = float(time_limit) if time_limit is not None and time_limit > 0 else None
+        found = self._lookup(user, job_class)
+        if found is not None:
+            level, (median, sigma, n) = found
+            return _bounded(median, sigma, limit, level, n)
+        if limit is not None:
+            return _bounded(limit, self.settings.prior_log_sigma, limit, "limit", 0)
+        return _bounded(self.settings.default_duration, self.settings.prior_log_sigma, None, "default", 0)
+
+    def seconds(self, user: str = "", job_class: str = "", time_limit: Optional[float] = None) -> Tuple[float, str]:
+        """``(estimate(...).seconds, estimate(...).source)`` without the spread (the hot path)."""
+        limit = float(time_limit) if time_limit is not None and time_limit > 0 else None
+        found = self._lookup(user, job_class)
+        if found is not None:
+            median = found[1][0]
+            return (min(median, limit) if limit is not None else median), found[0]
+        if limit is not None:
+            return limit, "limit"
+        return self.settings.default_duration, "default"
+
+    def estimate_request(self, req) -> DurationEstimate:
+        """The estimate for a :class:`JobRequest` (its user, class and time limit)."""
+        return self.estimate(req.user, req.job_class, req.time_limit)
+
+    def observe_records(self, records: Iterable[Mapping], gpu_only: bool = True) -> int:
+        """Feed finished jobs given as plain records (the history store's ``jobs`` rows).
+
+        Keys read: ``user``, ``job_class``, ``elapsed_s`` (run time), ``state`` (only
+        :data:`COUNTED_STATES` count; a missing state counts), ``n_gpus`` and ``shards`` (with
+        ``gpu_only``, rows with ``n_gpus`` == 0 and no shard are CPU jobs and skipped), ``end_time`` (records are taken in end order, so
+        "recent" means recently finished). Returns how many were observed.
+        """
+        rows = [r for r in records if _counts(r, gpu_only)]
+        rows.sort(key=lambda r: _end(r.get("end_time")))
+        for r in rows:
+            self.observe(str(r.get("user") or ""), str(r.get("job_class") or ""), _number(r.get("elapsed_s")))
+        return len(rows)
+
+
+class QueueEstimates:
+    """Keeps the predicted durations of waiting jobs current as the estimator learns.
+
+    A scheduler re-reads its queue on every refresh, so a job that waits sees its estimate improve
+    while it waits (the first jobs of a burst are queued before anything has ended). This does the
+    same without re-estimating the whole queue at every end: each waiting job is indexed by the
+    history key its estimate came from and the more specific ones; a finished job changes only its
+    own user+class, class, user and site keys, so only the jobs indexed there (and those still on a
+    fallback) are estimated again. A job whose estimate changes is taken out of ``queue`` and put back (its queue position
+    depends on it). ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue` (``add``,
+    ``remove``, ``get``); jobs the queue no longer holds (they started) are dropped lazily.
+    """
+
+    FALLBACK = ("fallback",)
+
+    def __init__(self, estimator: DurationEstimator, queue):
+        self.estimator = estimator
+        self.queue = queue
+        self._by_key: Dict[tuple, set] = {}
+
+    def _index(self, req, source: str, only=None):
+        """File the job under the key its estimate came from and every more specific one (a run
+        there, even another user's, would change it); a fallback under FALLBACK (any run does).
+        ``only``: the one key to file it under again (its estimate still comes from the same level)."""
+        by_key = self._by_key
+        if only is not None:
+            by_key.setdefault(only, set()).add(req.job_id)
+            return
+        if source not in LEVELS:
+            by_key.setdefault(self.FALLBACK, set()).add(req.job_id)
+            return
+        for level in self.estimator.settings.levels:
+            key = _key(level, req.user or "", req.job_class or "")
+            if key is not None:
+                by_key.setdefault(key, set()).add(req.job_id)
+            if level == source:
+                return
+
+    def add(self, req) -> float:
+        """Estimate ``req`` now, set its ``predicted_duration`` and queue it; returns the estimate."""
+        seconds, source = self.estimator.seconds(req.user, req.job_class, req.time_limit)
+        req.predicted_duration = seconds  # before queueing: the queue keys on it
+        self.queue.add(req)
+        self._index(req, source)
+        return seconds
+
+    def observe(self, user: str, job_class: str, run_time: float) -> int:
+        """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
+        estimator, queue = self.estimator, self.queue
+        estimator.observe(user, job_class, run_time)
+        keys = [_key(level, user or "", job_class or "") for level in estimator.settings.levels]
+        keys = [k for k in keys if k is not None] + [self.FALLBACK]
+        moved = 0
+        for key in keys:
+            ids = self._by_key.pop(key, None)
+            for job_id in sorted(ids or ()):  # sorted: the same order on every run
+                req = queue.get(job_id)
+                if req is None:
+                    continue  # started meanwhile
+                seconds, source = estimator.seconds(req.user, req.job_class, req.time_limit)
+                if seconds != req.predicted_duration:
+                    queue.remove(job_id)
+                    req.predicted_duration = seconds
+                    queue.add(req)
+                    moved += 1
+                # filed under the other keys already, unless it now rests on another level
+                self._index(req, source, only=key if key == _source_key(source, req) else None)
+        return moved
+
+
+def _source_key(source: str, req):
+    return _key(source, req.user or "", req.job_class or "") if source in LEVELS else QueueEstimates.FALLBACK
+
+
+def _median(values: List[float]) -> float:
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2.0
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _end(value) -> float:
+    """Sort key of an end time (epoch seconds); a missing or unreadable one sorts first."""
+    number = _number(value)
+    return number if math.isfinite(number) else -math.inf
+
+
+def _counts(record: Mapping, gpu_only: bool) -> bool:
+    state = str(record.get("state") or "").split(" ", 1)[0].upper()
+    if state and state not in COUNTED_STATES:
+        return False
+    if gpu_only and record.get("n_gpus") is not None and _number(record.get("n_gpus")) == 0 \
+            and not _number(record.get("shards")) > 0:
+        return False  # a CPU job (a shard of a GPU counts as a GPU job)
+    elapsed = _number(record.get("elapsed_s"))
+    return elapsed > 0 and math.isfinite(elapsed)
+
+
+def _bounded(center: float, sigma: float, limit: Optional[float], source: str, runs: int) -> DurationEstimate:
+    seconds = min(center, limit) if limit is not None else center
+    low = center * math.exp(-Z90 * sigma)
+    high = center * math.exp(Z90 * sigma)
+    if limit is not None:
+        low, high = min(low, limit), min(high, limit)
+    return DurationEstimate(seconds, sigma, low, high, source, runs)
+
+
+def estimator_from_records(records: Iterable[Mapping], settings: Optional[DurationSettings] = None,
+                           gpu_only: bool = True) -> DurationEstimator:
+    """A fresh estimator fed with ``records`` (see :meth:`DurationEstimator.observe_records`)."""
+    estimator = DurationEstimator(settings)
+    estimator.observe_records(records, gpu_only=gpu_only)
+    return estimator
+
+
+def estimate_errors(estimates: Sequence[DurationEstimate], truths: Sequence[float]) -> Dict[str, object]:
+    """How wrong the estimates were, against the true run times (seconds alone).
+
+    ``mare``: median absolute relative error |estimate − truth| / truth; ``median_log_ratio``:
+    median of log(estimate / truth) (> 0: over-estimates); ``within_2x``: share within a factor 2;
+    ``rank_corr``: Spearman correlation of estimates and truths (what SJF's order needs);
+    ``coverage_80``: share of truths inside [low, high] (nominal 0.8); ``spread_scale_80``: the factor
+    on ``log_sigma`` that would have made that share 0.8; ``sources``: share per source.
+    Truths are floored at 1 s (a 0-second job has no relative error).
+    """
+    n = min(len(estimates), len(truths))
+    if n == 0:
+        return {"jobs": 0}
+    est = np.array([e.seconds for e in estimates[:n]], dtype=np.float64)
+    true = np.maximum(np.asarray(truths[:n], dtype=np.float64), 1.0)
+    low = np.array([e.low for e in estimates[:n]])
+    high = np.array([e.high for e in estimates[:n]])
+    sigma = np.array([e.log_sigma for e in estimates[:n]])
+    rel = np.abs(est - true) / true
+    log_ratio = np.log(np.maximum(est, 1e-9) / true)
+    sources: Dict[str, int] = {}
+    for e in estimates[:n]:
+        sources[e.source] = sources.get(e.source, 0) + 1
+    return {
+        "jobs": n,
+        "mare": float(np.median(rel)),
+        "mean_abs_rel_error": float(rel.mean()),
+        "median_log_ratio": float(np.median(log_ratio)),
+        "within_2x": float((np.abs(log_ratio) <= math.log(2.0)).mean()),
+        "rank_corr": _spearman(est, true),
+        "coverage_80": float(((true >= low * (1 - 1e-9)) & (true <= high * (1 + 1e-9))).mean()),
+        "spread_scale_80": float(np.quantile(np.abs(log_ratio) / (Z90 * np.maximum(sigma, 1e-9)), 0.8)),
+        "sources": {k: round(v / n, 4) for k, v in sorted(sources.items(), key=lambda kv: -kv[1])},
+    }
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank)."""
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    ranks = np.empty(len(x))
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    ends = np.r_[starts[1:], len(x)]
+    for s, e in zip(starts, ends):
+        ranks[order[s:e]] = 0.5 * (s + e - 1)
+    return ranks
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> Optional[float]:
+    if len(a) < 2:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def replay_errors(jobs: Iterable[Tuple[float, float, str, str, Optional[float]]],
+                  settings: Optional[DurationSettings] = None) -> Tuple[Dict[str, object], List[DurationEstimate]]:
+    """Estimate every job of a history at its submission, learning from those that ended before.
+
+    ``jobs``: (submit time, run time, user, class, time limit or None), any order. A job is
+    observed at submit + run time (as if it started at once: queueing delays are not known here).
+    Returns (:func:`estimate_errors` of the replay, the estimates in submission order).
+    """
+    import heapq
+
+    ordered = sorted(jobs, key=lambda j: j[0])
+    estimator = DurationEstimator(settings)
+    ends: List[tuple] = []
+    estimates = []
+    for k, (submit, run, user, cls, limit) in enumerate(ordered):
+        while ends and ends[0][0] <= submit:
+            _, _, u, c, r = heapq.heappop(ends)
+            estimator.observe(u, c, r)
+        estimates.append(estimator.estimate(user, cls, limit))
+        heapq.heappush(ends, (submit + run, k, user, cls, run))
+    return estimate_errors(estimates, [j[1] for j in ordered]), estimates
