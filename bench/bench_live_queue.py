@@ -23,6 +23,9 @@ D. **lease cost** (``--phases D``, not in the default run): N jobs kept behind b
    update from its log, and how many jobs slurmctld's schedulers look at (sdiag: kept jobs are not
    eligible, so neither the main scheduler nor backfill considers them).
 
+``--slurm 24.11`` (or ``26.05``) runs it all on that Slurm from its chroot (docs/slurm-versions.md);
+phase B then saves ``scontrol --json show nodes`` instead of ``sinfo --json`` (which groups nodes there).
+
 Prints JSON. Needs root + the Debian packages (as ``make test``); reads no ../shared data. Takes
 about 4 minutes on the project's 2-core VM.
 """
@@ -156,7 +159,9 @@ def phase_same_snapshot(cluster, save):
         cluster.run(["scancel"] + [str(b) for b in blockers])
         gone = wait_until(lambda: not any(j.job_id in blockers and j.state in ("RUNNING", "COMPLETING", "CONFIGURING")
                                           for j in cluster.queue()), 20, step=0.2)
-        sinfo = cluster.run(["sinfo", "--json"]).stdout
+        nodes_argv = ["sinfo", "--json"] if cluster.slurm_version().gres_prefix == "gres:" else \
+            ["scontrol", "--json", "show", "nodes"]  # newer sinfo --json groups nodes
+        sinfo = cluster.run(nodes_argv).stdout
         squeue = cluster.run(["squeue", "--json"]).stdout
         resumed_at = time.time()
     finally:
@@ -174,7 +179,8 @@ def phase_same_snapshot(cluster, save):
     history = History(config.db).duration_estimator()  # the run times horusd reads from its store
     if history is not None:
         placer.set_durations(history)
-    placer.load_snapshot(Snapshot(parse_sinfo(sinfo), parse_squeue(squeue), taken_at=time.time()))
+    placer.load_snapshot(Snapshot(parse_sinfo(sinfo, nodes_argv[0]), parse_squeue(squeue), taken_at=time.time(),
+                                  slurm_version=cluster.slurm_version()))
     estimates = sorted({round(req.predicted_duration) for req in placer.queue})
     expected = {int(m.kept.job_id): (m.reply.gpulist, m.reply.tres) for m in placer.cycle()}
     cluster.wait_jobs(ids, timeout=120)
@@ -254,9 +260,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", help="keep phase B's sinfo/squeue JSON in this directory")
     parser.add_argument("--phases", default="ABC", help="which phases to run (default: ABC)")
+    parser.add_argument("--slurm", default="system", help="system (default), 24.11 or 26.05")
     args = parser.parse_args()
-    with LocalCluster(nodes=2, gpus=4, with_dbd=True, horus=True) as cluster:
-        out = {"benchmark": "horusd_live_queue", "cluster": "2 nodes x 4 GPUs, slurmdbd, binding shard"}
+    with LocalCluster(nodes=2, gpus=4, with_dbd=True, horus=True, slurm=args.slurm) as cluster:
+        os.environ["PATH"] = cluster.env.get("PATH", os.environ.get("PATH", os.defpath))  # phase D's Mover
+        out = {"benchmark": "horusd_live_queue", "cluster": "2 nodes x 4 GPUs, slurmdbd, binding shard",
+               "slurm": str(cluster.slurm_version())}
         if "A" in args.phases:
             out["burst"] = phase_burst(cluster)
         if "B" in args.phases:

@@ -400,9 +400,35 @@ function horus.parse_reply(line, conf)
   return reply
 end
 
--- The job's GPUs become ``tres`` per node; the user's other GPU spellings (--gpus, --gpus-per-task) go.
+-- slurmctld hands this script GRES requests in its own spelling: "gres:gpu:1" up to 22.05,
+-- "gres/gpu:1" later, and 24.11 refuses the old spelling when a script sets it. The prefix the job's
+-- own request uses is the one to write back (nil when the job names none).
+function horus.gres_prefix(job)
+  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task" }) do
+    local value = job[field]
+    if type(value) == "string" then
+      local prefix = string.match(value, "^(gres[:/])")
+      if prefix then return prefix end
+    end
+  end
+  return nil
+end
+
+-- ``tres`` (a comma-separated GRES request) with every item spelled with ``prefix`` (nil: as it is).
+function horus.respell_tres(tres, prefix)
+  if prefix == nil or type(tres) ~= "string" then return tres end
+  local items = {}
+  for item in string.gmatch(tres, "[^,]+") do
+    local bare = string.gsub(item, "^gres[:/]", "")
+    items[#items + 1] = prefix .. bare
+  end
+  return table.concat(items, ",")
+end
+
+-- The job's GPUs become ``tres`` per node, spelled as the job's own request (see gres_prefix); the
+-- user's other GPU spellings (--gpus, --gpus-per-task) go.
 local function set_tres_per_node(job, tres)
-  job.tres_per_node = tres
+  job.tres_per_node = horus.respell_tres(tres, horus.gres_prefix(job))
   if job.tres_per_job ~= nil and job.tres_per_job ~= "" then job.tres_per_job = "" end
   if job.tres_per_task ~= nil and job.tres_per_task ~= "" then job.tres_per_task = "" end
 end
@@ -420,12 +446,13 @@ end
 
 -- A "keep" reply: horusd queues the job and will place it itself. The kept shape (``tres``) must be
 -- one horusd can move later: an untyped shard (gres:shard:1) or untyped whole GPUs per node
--- (gres:gpu:N); the lease (seconds) bounds how long the job waits for horusd: then Slurm starts it.
+-- (gres:gpu:N), in either spelling (gres: or gres/); the lease (seconds) bounds how long the job
+-- waits for horusd: then Slurm starts it.
 function horus.parse_keep(reply)
   local bad = check_token_fields(reply)
   if bad then return nil, bad end
   local tres = reply.tres or ""
-  if not (tres == "gres:shard:1" or string.match(tres, "^gres:gpu:%d+$")) then
+  if not (string.match(tres, "^gres[:/]shard:1$") or string.match(tres, "^gres[:/]gpu:%d+$")) then
     return nil, "bad kept tres"
   end
   local lease = string.match(reply.lease or "", "^%d+$") and tonumber(reply.lease) or nil
@@ -442,9 +469,9 @@ function horus.keep(job, reply, now)
   return add_token(job, "horus:" .. reply.id .. " mode=kept class=" .. (reply.class or "unknown"))
 end
 
--- Rewrite the job with the decision: node, typed GRES, partition when lent (DeepBoot), and the
--- admin_comment token (appended, never overwritten: jobstats keeps its JS1: summary there; users
--- cannot set admin_comment, so the token cannot be forged).
+-- Rewrite the job with the decision: node, typed GRES (in the job's own spelling), partition when
+-- lent (DeepBoot), and the admin_comment token (appended, never overwritten: jobstats keeps its
+-- JS1: summary there; users cannot set admin_comment, so the token cannot be forged).
 -- SJF-BSBF's sub-batching (the pair fits in memory with a smaller per-step batch, gradients
 -- accumulated): the job reads HORUS_MICRO_BATCH / HORUS_GRAD_ACCUM from its environment
 -- (docs/horus-sbatch.md). job_submit/lua sets a job's environment variable through

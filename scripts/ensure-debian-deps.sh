@@ -2,8 +2,9 @@
 # Install the Debian packages slurm-horus needs for its real local Slurm cluster, when missing.
 # Root installs directly; otherwise sudo is used when available without a password; otherwise we
 # print the exact command to run and fail.
+# With an argument (make test-slurm-newer passes "mmdebstrap"), those packages are wanted too.
 set -euo pipefail
-PKGS="slurmctld slurmd slurm-client munge lua-socket slurmdbd mariadb-server lua5.1 prometheus iproute2"
+PKGS="slurmctld slurmd slurm-client munge lua-socket slurmdbd mariadb-server lua5.1 prometheus iproute2 $*"
 missing=()
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,6 +17,7 @@ import click
 
 from .jobclass import job_class_of
 from .localcluster import LocalCluster
+from .localcluster.horus import wait_refreshed
 from .tokens import parse_horus_tokens
 
 # A fake deep-learning job: it claims a GPU utilization that the stand-in NVML of `horus collect`
@@ -150,7 +151,7 @@ def submit_workload(ctx):
         submit_with_sbatch(ctx, label, job_class, extra)
     running = [ctx.jobs[label][0] for label, *_ in first]
     ctx.cluster.wait_jobs(running, states={"RUNNING"}, timeout=60)
-    time.sleep(1.5)  # horusd's next refresh sees them running
+    wait_refreshed(ctx.cluster)  # horusd sees them running
     explain = horus_sbatch(ctx, ["--explain", "--dry-run", "--horus-class", "resnet18-bs32", "--gres=gpu:1",
                                  str(_script_file(ctx))])
     ctx.echo("    horus-sbatch --explain --dry-run --horus-class resnet18-bs32 (nothing submitted):")
@@ -162,9 +163,22 @@ def submit_workload(ctx):
         time.sleep(0.2)
 
 
+def _placed_jobs_started(ctx):
+    """The queue once every job horus pinned has started (a loaded machine takes a few seconds for the
+    last ones; jobs left to Slurm may wait for a GPU and are shown PENDING), or after 20 s."""
+    wanted = {job_id for job_id, _ in ctx.jobs.values()}
+    deadline = time.monotonic() + 20
+    while True:
+        queue = {job.job_id: job for job in ctx.cluster.queue() if job.job_id in wanted}
+        waiting = [job for job in queue.values() if job.state == "PENDING"
+                   and parse_horus_tokens(job.admin_comment)[1].get("gpus")]
+        if not waiting or time.monotonic() > deadline:
+            return queue
+        time.sleep(0.2)
+
+
 def show_sharing(ctx):
-    time.sleep(1.0)
-    queue = {job.job_id: job for job in ctx.cluster.queue()}
+    queue = _placed_jobs_started(ctx)
     by_gpu = {}
     ctx.echo(f"    {'job':>4} {'label':14} {'class':22} {'state':8} {'GPU':9} {'mode':9} {'predicted':>9}")
     for label, (job_id, _request) in ctx.jobs.items():
@@ -281,7 +295,7 @@ def replay_short_workload(ctx):
 
 
 STEPS: List[Step] = [
-    Step("start a local Slurm 22.05 cluster: fake GPUs, accounting, horusd + job_submit.lua", start_cluster),
+    Step("start a local Slurm cluster: fake GPUs, accounting, horusd + job_submit.lua", start_cluster),
     Step("submit a mixed deep-learning workload with sbatch and horus-sbatch", submit_workload),
     Step("who shares which GPU, and why", show_sharing),
     Step("let the jobs finish", wait_for_workload),

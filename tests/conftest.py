@@ -4,11 +4,40 @@ Tests that use ``slurm_cluster`` get the ``slurm`` marker, those that use ``slur
 ``slurmdbd`` marker, automatically, so ``-m 'not slurm and not slurmdbd'`` runs the unit tests only.
 A machine that lacks the Slurm packages fails these tests with the list of what to install; it
 never skips them, so CI cannot turn green without a real cluster.
+
+``HORUS_LOCAL_SLURM=24.11`` (or ``26.05``; ``make test-slurm-newer`` sets it) runs every cluster of the
+session on that Slurm, from its chroot (slurm_horus/localcluster/chroot.py), and puts that Slurm's
+commands first on ``PATH`` for the whole session, so that a test's own ``sbatch`` or ``sacct`` talks
+to the cluster in the chroot as it would on a site running that version.
 """
+
+import os
 
 import pytest
 
 from slurm_horus.localcluster import LocalCluster, prerequisite_problems
+from slurm_horus.localcluster.chroot import slurm_install
+
+
+def pytest_configure(config):
+    install = slurm_install()
+    if install.bin_dir is not None:
+        install.prepare()  # builds the chroot the first time (1-3 minutes)
+        os.environ.update(install.env({"PATH": os.environ.get("PATH", os.defpath)}))
+
+
+def pytest_report_header(config):
+    return f"local clusters run {slurm_install().describe()}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def chroot_released():
+    """After the last cluster of the session is down, a chroot's mounts are gone too (unless another
+    session still runs something inside it)."""
+    yield
+    install = slurm_install()
+    if install.root is not None and not install.in_use():
+        assert install.mounted() == [], "mounts left behind in the Slurm chroot"
 
 
 def pytest_collection_modifyitems(items):
@@ -22,7 +51,7 @@ def pytest_collection_modifyitems(items):
 def local_cluster(with_dbd=False, **options):
     """A started LocalCluster (``options`` as LocalCluster takes them), stopped again after the
     ``yield``: the body of a cluster fixture of any scope (``yield from local_cluster(...)``)."""
-    problems = prerequisite_problems(with_dbd=with_dbd)
+    problems = prerequisite_problems(with_dbd=with_dbd, install=slurm_install())
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
     cluster = LocalCluster(with_dbd=with_dbd, **options).up()
@@ -54,16 +83,7 @@ def slurm_cluster_dbd():
 def horusd_sees_now(cluster, timeout=30.0):
     """Wait until horusd's cluster state was read after this call began (its ping says how old the
     state is): a fixed sleep is not enough on a loaded machine, where a refresh takes longer and
-    horusd spaces refreshes out (20x their cost)."""
-    import time
+    horusd spaces refreshes out (20x their cost). The demo waits the same way."""
+    from slurm_horus.localcluster.horus import wait_refreshed
 
-    from slurm_horus.service import protocol
-
-    started = time.time()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reply = protocol.ask({"op": "ping"}, cluster.horus_socket, timeout_s=2.0)
-        if reply is not None and time.time() - reply["state_age_s"] > started + 0.05:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"horusd read no cluster state within {timeout} s")
+    wait_refreshed(cluster, timeout)

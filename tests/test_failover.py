@@ -6,8 +6,10 @@ import time
 
 import pytest
 
+from slurm_horus.errors import InputError
 from slurm_horus.localcluster import LocalCluster
 from slurm_horus.localcluster.backup import BACKUP_HOST, primary_host
+from slurm_horus.localcluster.chroot import slurm_install
 from slurm_horus.service import protocol
 from slurm_horus.store.db import open_db
 from slurm_horus.tokens import parse_horus_tokens
@@ -49,6 +51,8 @@ def test_the_horusd_beside_the_controller_in_control_answers_after_a_failover():
     if refused:  # a property of the machine (e.g. an unprivileged container), not a missing package
         pytest.skip(f"this machine allows no network namespaces ({refused}); the one-machine backup "
                     "controller needs them")
+    if slurm_install().root is not None:  # make test-slurm-newer
+        pytest.skip("the one-machine backup controller runs the system's Slurm only (see the test below)")
     cluster = LocalCluster(nodes=2, gpus=2, horus=True, backup_controller=True,
                            horus_settings={"binding": "indexed"})  # see test_a_shard_binding_places_nothing...
     cluster.up()
@@ -87,3 +91,9 @@ def test_the_horusd_beside_the_controller_in_control_answers_after_a_failover():
             row[0] for row in db.execute("SELECT decision_id FROM decisions")}, 30, "both decisions in the db")
     finally:
         assert not cluster.down()
+
+
+def test_a_chroot_slurm_refuses_a_backup_controller():
+    """The backup runs the host's slurmctld in its namespaces: a chroot cluster says so and starts nothing."""
+    with pytest.raises(InputError, match="system's Slurm only, not Slurm 24.11"):
+        LocalCluster(nodes=1, gpus=1, slurm="24.11", backup_controller=True)

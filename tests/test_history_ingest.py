@@ -77,3 +77,24 @@ def test_bad_file_names_the_file(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(InputError, match="bad.json"):
         ingest(open_db(tmp_path / "h.db"), FileSource(bad), since=0)
+
+
+@pytest.mark.parametrize("release", ["24.11", "26.05"])
+def test_newer_sacct_json_fills_every_column_2205_fills_and_agrees_with_parsable(release):
+    """24.11+ wraps time limits and step times ({"set":..,"number":..}); none may come out NULL."""
+    old_jobs, old_steps = job_rows_from_json(json.loads((DATA / "sacct-22.05.json").read_text()))
+    jobs, steps = job_rows_from_json((DATA / f"sacct-{release}.json").read_text())
+    old = {row["job_id"]: row for row in old_jobs}  # the same four jobs (scripts/capture_slurm_json.py)
+    assert [(row["job_id"], c) for row in jobs for c, v in old[row["job_id"]].items()
+            if v is not None and row[c] is None] == []
+    step_filled = {c for row in old_steps for c, v in row.items() if v is not None}
+    assert [(s["job_id"], c) for s in steps for c in step_filled if s[c] is None] == []
+    by_id = {j["job_id"]: j for j in jobs}
+    assert by_id[1]["time_limit_min"] == 5 and by_id[1]["gpu_indices"] == "2" and by_id[2]["shards"] == 1
+    assert by_id[2]["job_class"] == "lm-bs20" and by_id[4]["gpu_indices"] == "0,3"
+    text_jobs, text_steps = job_rows_from_parsable((DATA / f"sacct-{release}.txt").read_text())
+    same = ("job_id", "state", "exit_code", "submit_time", "start_time", "end_time", "elapsed_s",
+            "time_limit_min", "nodes", "n_nodes", "n_cpus", "gres_alloc", "gpu_indices", "shards", "job_class")
+    assert [{c: j[c] for c in same} for j in jobs] == [{c: j[c] for c in same} for j in text_jobs]
+    assert [(s["step_id"], s["start_time"], s["end_time"]) for s in steps] == [
+        (s["step_id"], s["start_time"], s["end_time"]) for s in text_steps]

@@ -146,6 +146,33 @@ def test_the_moves_in_scontrol_form():
                                                     "class": "lm-bs20", "gpus": reply.gpulist})
 
 
+def test_on_a_newer_slurm_keeps_and_moves_are_spelled_gres_slash():
+    """24.11+ spell requests gres/ (and 24.11 refuses gres: from job_submit.lua): horusd answers, keeps
+    and moves in the spelling of the Slurm its snapshot names; kept jobs read back in that spelling."""
+    from slurm_horus.slurm.version import SlurmVersion
+
+    newer = SlurmVersion(24, 11, 5)
+    placer = make_placer(jobs=full())
+    placer.load_snapshot(Snapshot(placer_nodes(), full(), taken_at=placer.clock(), slurm_version=newer))
+    assert lua_ask(placer, "lm-bs20")["tres"] == "gres/shard:1"
+    assert lua_ask(placer, None, gpus=2)["tres"] == "gres/gpu:2"
+    jobs = [kept(1, "lm-bs20", tres="gres/shard:1"), kept(2, None, tres="gres/gpu:2")]
+    placer.load_snapshot(Snapshot(placer_nodes(), jobs, taken_at=placer.clock(), slurm_version=newer))
+    assert placer.kept["1"].request.gpus_per_node == 1 and not placer.kept["1"].request.exclusive
+    assert placer.kept["2"].request.gpus_per_node == 2 and placer.kept["2"].request.exclusive
+    moves = {m.kept.job_id: m for m in placer.cycle()}
+    shard, whole = _start_lines(moves["1"]), _start_lines(moves["2"])
+    assert shard[0] == (["1"], {"TresPerNode": ""}) and shard[1][1]["TresPerNode"].startswith("gres/shard:g")
+    assert whole[0] == (["2"], {"TresPerNode": "", "TresPerJob": "gres/gpu:2"})
+    assert whole[1][1]["TresPerNode"].count("gres/gpu:g") == 2 and "gres:" not in whole[1][1]["TresPerNode"]
+
+
+def placer_nodes():
+    from test_horusd_placer import node
+
+    return [node("n1"), node("n2")]
+
+
 def test_node_binding_moves_by_node_only():
     placer = make_placer(binding="node", jobs=[kept(1, "lm-bs20", tres="gres:gpu:1")])
     (move,) = placer.cycle()

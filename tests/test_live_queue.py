@@ -99,7 +99,8 @@ def test_whole_gpus_are_kept_untyped_and_started_on_exactly_the_gpus_horusd_chos
     blockers = fill(clean)
     job = submit(clean, None, seconds=3, gres="--gres=gpu:2")  # unknown class: whole GPUs
     assert wait_until(lambda: kept_now(clean, [job]), 10)
-    assert next(j for j in clean.queue() if j.job_id == job).tres_per_node == "gres:gpu:2"
+    kept_as = next(j for j in clean.queue() if j.job_id == job).tres_per_node
+    assert kept_as == f"{clean.slurm_version().gres_prefix}gpu:2"  # gres/gpu:2 on 24.11+
     clean.run(["scancel"] + [str(b) for b in blockers])
     clean.wait_jobs([job], timeout=60)
     _state, fields = tokens(clean)[job]

@@ -23,15 +23,14 @@ def shard_cluster():
 
 
 def shards_held(cluster, job_id):
-    """(node, GPU index, shards, admin comment) of a running job, from scontrol -d
-    (``GRES=shard:gK:N(IDX:K)``)."""
-    text = cluster.run(["scontrol", "-d", "show", "job", str(job_id)]).stdout
-    node = re.search(r"\n\s+Nodes=(\S+)", text).group(1)
-    held = re.findall(r"shard(?::[a-z0-9]+)?:(\d+)\(IDX:(\d+)\)", text)
-    assert len(held) == 1, text
-    count, index = held[0]
-    comment = re.search(r"AdminComment=(.*?)\s*$", text, re.M)
-    return node, int(index), int(count), comment.group(1) if comment else ""
+    """(node, GPU index, shards, admin comment) of a running job, read by slurm-horus's squeue reader:
+    22.05 prints ``shard:gK:N(IDX:K)``, 24.11+ ``shard:N(0/8,N/8,..)`` (per GPU, by position)."""
+    (job,) = [j for j in cluster.queue() if j.job_id == job_id]
+    held = [(node, item) for node, items in job.gres_by_node() for item in items
+            if item.name == "shard" and item.count > 0]
+    assert len(held) == 1 and len(held[0][1].indices) == 1, job
+    node, item = held[0]
+    return node, item.indices[0], item.count, job.admin_comment or ""
 
 
 def wait_running(cluster, job_id, timeout=60):

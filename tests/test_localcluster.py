@@ -17,6 +17,7 @@ import pytest
 from slurm_horus.errors import InputError
 from slurm_horus.localcluster import LocalCluster, prerequisite_problems
 from slurm_horus.localcluster import procs
+from slurm_horus.localcluster.chroot import slurm_install
 from slurm_horus.resources import resource_path
 from slurm_horus.localcluster.prereq import CORE_REQUIREMENTS, PrerequisiteError, check_prerequisites
 from slurm_horus.slurm import GresItem, SlurmCommandError, run_slurm
@@ -99,7 +100,8 @@ def test_logging_job_submit_lua_is_loaded_and_logs_each_submission(slurm_cluster
     slurm_cluster.wait_jobs([job])
     log = (slurm_cluster.root / "log" / "slurmctld.log").read_text()
     assert "horus: job_submit.lua loaded" in log
-    assert re.search(rf"horus: submit name={name} uid=0 .*tres_per_node=gres:gpu:1", log)
+    prefix = slurm_cluster.slurm_version().gres_prefix  # gres: up to 22.05, gres/ later
+    assert re.search(rf"horus: submit name={name} uid=0 .*tres_per_node={prefix}gpu:1", log)
 
 
 def test_replaced_job_submit_lua_is_picked_up_even_twice_in_one_second(slurm_cluster, tmp_path):
@@ -194,9 +196,12 @@ def test_cli_up_status_down_leaves_no_process_even_with_running_jobs(cluster_dir
     env_line = subprocess.run(HORUS + ["local-cluster", "env", "--dir", str(directory)],
                               capture_output=True, text=True, check=True).stdout.strip()
     state = json.loads((directory / "cluster.json").read_text())
-    # horusd runs there: horus doctor, horus-sbatch and horus report need its site file too
+    # horusd runs there: horus doctor, horus-sbatch and horus report need its site file too, horus
+    # collect the receiver's URL; and a chroot's Slurm has its commands first on PATH
+    bin_dir = slurm_install().bin_dir
     assert env_line == (f"export SLURM_CONF={conf} HORUS_CONFIG={directory / 'etc' / 'horus.conf'} "
-                        f"HORUS_SHIP_TO=http://127.0.0.1:{state['ports']['receiver']}")
+                        f"HORUS_SHIP_TO=http://127.0.0.1:{state['ports']['receiver']}") + (
+        f' PATH={bin_dir}:"$PATH"' if bin_dir else "")
     status = json.loads(subprocess.run(HORUS + ["local-cluster", "status", "--dir", str(directory), "--json"],
                                        capture_output=True, text=True, check=True).stdout)
     assert status["running"] and [d["name"] for d in status["daemons"]] == [

@@ -79,6 +79,12 @@ JOBS = [
     {"tres_per_node": "gres:gpu:1", "shared": 0},
     {"tres_per_node": "gres:gpu:1", "shared": 65534},
     {"tres_per_node": "gres:gpu:1,gres:gpu:v100:1"},
+    # Slurm 24.11 / 26.05 spell requests with "gres/" (and tres_per_task as gres/gpu=1)
+    {"tres_per_node": "gres/gpu:1"},
+    {"tres_per_node": "gres/gpu:g2:1"},
+    {"tres_per_node": "gres/shard:g1:1"},
+    {"tres_per_job": "gres/gpu:2"},
+    {"tres_per_task": "gres/gpu=1", "num_tasks": 2},
     {"tres_per_node": "gres:gpu:1", "dependency": "afterok:12"},
     {"tres_per_node": "gres:gpu:1", "dependency": ""},
     {"tres_per_node": "gres:gpu:1", "begin_time": NOW + 3600},
@@ -110,6 +116,8 @@ REPLIES = [
     "ok=1;action=place;id=h-10;nodes=n2;tres=gres:shard:g1:1;age=1;partition=x;y",
     "ok=1;action=keep;id=h-11;tres=gres:shard:1;mode=kept;class=lm-bs20;lease=30",
     "ok=1;action=keep;id=h-12;tres=gres:gpu:2;mode=kept;class=unknown;lease=30",
+    "ok=1;action=keep;id=h-21;tres=gres/shard:1;mode=kept;class=lm-bs20;lease=30",
+    "ok=1;action=keep;id=h-22;tres=gres/gpu:2;mode=kept;class=unknown;lease=30",
     "ok=1;action=keep;id=h-13;tres=gres:gpu:g1:1;mode=kept;lease=30",
     "ok=1;action=keep;id=h-14;tres=gres:shard:g2:1;mode=kept;lease=30",
     "ok=1;action=keep;id=h-15;tres=gres:gpu:1;mode=kept;lease=0",
@@ -181,7 +189,9 @@ def test_parse_reply_refuses_unsafe_and_stale():
 
 @pytest.mark.parametrize("admin_comment", [None, "", "JS1:abc"])
 @pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
-                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2}])
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2},
+                                 {"tres_per_node": "gres/gpu:1"}, {"tres_per_job": "gres/gpu:2"},
+                                 {"tres_per_task": "gres/gpu=1", "num_tasks": 2}])
 def test_apply_twin(lua, job, admin_comment):
     horus = lua.globals().HORUS
     job = dict(job, admin_comment=admin_comment) if admin_comment is not None else dict(job)
@@ -196,6 +206,9 @@ def test_apply_twin(lua, job, admin_comment):
     assert lua_token == py_token
     assert normalize(from_lua(lua_job)) == normalize(py_job)
     assert py_job["req_nodes"] == "n2" and py_job["partition"] == "infer-lend"
+    # the decision is written in the spelling of the Slurm the job came from (24.11 refuses "gres:")
+    prefix = "gres/" if "gres/" in str(job) else "gres:"
+    assert py_job["tres_per_node"] == f"{prefix}gpu:g1:1,{prefix}gpu:g2:1"
     if admin_comment:
         assert py_job["admin_comment"] == "JS1:abc horus:h-9 mode=exclusive slowdown=1.000 class=bert-bs8"
     expected = {"mode": "exclusive", "slowdown": "1.000", "class": "bert-bs8"}
@@ -207,13 +220,14 @@ def test_apply_twin(lua, job, admin_comment):
 def test_parse_keep_refuses_what_horusd_could_not_move():
     conf = lua_twin.parse_config("")
     kept = [lua_twin.parse_reply(line, conf) for line in REPLIES if "action=keep" in line]
-    assert [why for _reply, why in kept] == [None, None, "bad kept tres", "bad kept tres", "bad lease", "bad lease",
-                                            "bad lease", "bad id"]
+    assert [why for _reply, why in kept] == [None, None, None, None, "bad kept tres", "bad kept tres", "bad lease",
+                                            "bad lease", "bad lease", "bad id"]
 
 
 @pytest.mark.parametrize("job", [{"tres_per_node": "gres:gpu:1"}, {"tres_per_job": "gres:gpu:2"},
-                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2, "admin_comment": "JS1:x"}])
-@pytest.mark.parametrize("tres", ["gres:shard:1", "gres:gpu:2"])
+                                 {"tres_per_task": "gres:gpu:1", "num_tasks": 2, "admin_comment": "JS1:x"},
+                                 {"tres_per_node": "gres/gpu:1"}, {"tres_per_task": "gres/gpu=1", "num_tasks": 2}])
+@pytest.mark.parametrize("tres", ["gres:shard:1", "gres:gpu:2", "gres/shard:1"])
 def test_keep_twin(lua, job, tres):
     horus = lua.globals().HORUS
     reply = {"id": "h-20", "tres": tres, "mode": "kept", "class": "lm-bs20", "lease": "30"}
@@ -223,7 +237,9 @@ def test_keep_twin(lua, job, tres):
     py_token = lua_twin.keep(py_job, reply, NOW)
     assert lua_token == py_token == "horus:h-20 mode=kept class=lm-bs20"
     assert normalize(from_lua(lua_job)) == normalize(py_job)
-    assert py_job["begin_time"] == NOW + 30 and py_job["tres_per_node"] == tres
+    # kept in the spelling of the Slurm the job came from, whatever horusd sent (24.11 refuses "gres:")
+    prefix = "gres/" if "gres/" in str(job) else "gres:"
+    assert py_job["begin_time"] == NOW + 30 and py_job["tres_per_node"] == prefix + tres[len("gres:"):]
     assert not py_job.get("tres_per_job") and not py_job.get("tres_per_task")
     assert parse_horus_tokens(py_job["admin_comment"]) == ("h-20", {"mode": "kept", "class": "lm-bs20"})
 
@@ -487,6 +503,32 @@ def test_the_shipped_site_file_reads_the_same_in_lua_and_in_horus(lua, tmp_path)
     for name, value in lua_conf.items():
         assert normalize(getattr(site, name)) == value, name
 
+
+@pytest.mark.parametrize("job, prefix", [
+    ({}, None), ({"tres_per_node": "gres:gpu:1"}, "gres:"), ({"tres_per_node": "gres/gpu:g1:1"}, "gres/"),
+    ({"tres_per_node": "", "tres_per_job": "gres/gpu:2"}, "gres/"), ({"tres_per_task": "gres/gpu=1"}, "gres/"),
+    ({"tres_per_node": "gpu:1"}, None), ({"tres_per_node": 4294967294}, None),
+])
+def test_gres_prefix_twin_learns_the_spelling_from_the_job(lua, job, prefix):
+    assert lua.globals().HORUS.gres_prefix(to_lua(lua, job)) == lua_twin.gres_prefix(job) == prefix
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["gres:gpu:g1:1", "gres/shard:g0:1", "gres:gpu:2", "gpu:1", "", "gres/gpu=1"]),
+                max_size=4).map(",".join), st.sampled_from([None, "gres:", "gres/"]))
+def test_respell_tres_twin_property(lua, tres, prefix):
+    lua_text = lua.globals().HORUS.respell_tres(tres, prefix)
+    assert lua_text == lua_twin.respell_tres(tres, prefix)
+    if prefix is not None:
+        assert all(item.startswith(prefix) and item.count("gres") == 1 for item in lua_text.split(",") if item)
+
+
+def test_offer_taken_by_a_newer_slurm_job_is_respelled(lua):
+    """An offer (spelled by horusd) applied to a 24.11 job comes out in 24.11's spelling."""
+    offer, _version = lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, lua_twin.parse_config(""))
+    job = to_lua(lua, {"tres_per_node": "gres/gpu:1"})
+    lua.globals().HORUS.apply(job, to_lua(lua, offer))
+    assert job.tres_per_node == "gres/shard:g2:1"
 
 OPT_OUT_CASES = [
     ({}, None), ({"HORUS_OFF": "1"}, None), ({"HORUS_OFF": "yes"}, "class=lm"), ({"HORUS_OFF": " on "}, None),

@@ -97,6 +97,15 @@ def test_unsafe_or_malformed_decisions_are_not_used(tmp_path, job_script, bad):
     assert result.stdout.endswith(SCRIPT) and "--nodelist" not in result.stdout.decode()
 
 
+def test_a_decision_spelled_for_a_newer_slurm_gives_the_same_sbatch_options(tmp_path, job_script):
+    """horusd spells tres_per_node gres/ on 24.11+; sbatch's --gres has no prefix on any version."""
+    newer = place_reply(binding="shard", gpus=(1,), tres="gres/shard:g1:1")
+    result, _ = dry_run(tmp_path, [str(job_script)], reply=newer)
+    assert "command: sbatch --parsable --nodelist=n3 --gres=shard:g1:1 " in result.stdout.decode()
+    mixed = place_reply(tres="gres/gpu:g1:1,gpu/g2:1")
+    assert "could not be used" in dry_run(tmp_path, [str(job_script)], reply=mixed)[0].stderr.decode()
+
+
 def test_reason_text_cannot_break_out_of_its_comment(tmp_path, job_script):
     result, _ = dry_run(tmp_path, [str(job_script)], reply=place_reply(reason="ok\nrm -rf /tmp/x\r"))
     out = result.stdout.decode()

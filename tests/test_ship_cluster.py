@@ -78,7 +78,7 @@ def test_an_unprivileged_collector_ships_what_report_cluster_counts(cluster, unp
     user, prefix, site = unprivileged
     spool_dir = Path(tempfile.mkdtemp(prefix="hship-spool-", dir="/tmp"))
     shutil.chown(spool_dir, user=user)
-    assert cluster.ship_to and cluster.export_line().endswith(f"HORUS_SHIP_TO={cluster.ship_to}")
+    assert cluster.ship_to and f"HORUS_SHIP_TO={cluster.ship_to}" in cluster.export_line().split()
     before = _report(cluster)["gpu_samples"]
     try:
         done = _runs_as(user, prefix + [

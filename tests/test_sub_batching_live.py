@@ -19,6 +19,13 @@ from conftest import local_cluster
 from slurm_horus.service.server import Frontend
 from slurm_horus.tokens import format_token
 
+from slurm_horus.localcluster.chroot import slurm_install
+
+# The job script runs `horus job-env` on its node. A chroot's Slurm (make test-slurm-newer) runs job
+# scripts inside the chroot, where slurm-horus is not installed (a site installs it on its nodes).
+pytestmark = pytest.mark.skipif(slurm_install().root is not None,
+                                reason="job scripts run inside the Slurm chroot, which has no slurm-horus")
+
 SHOW = f"""#!/bin/bash
 eval "$({sys.executable} -m slurm_horus job-env)"
 echo "micro=$HORUS_MICRO_BATCH accum=$HORUS_GRAD_ACCUM"

@@ -120,11 +120,14 @@ def sbatch_as(user, cluster, args, script="#!/bin/sh\ntrue\n"):
     """``sbatch --parsable`` as ``user`` on ``cluster``: (job id or None, wall milliseconds, stderr)."""
     import time
 
+    from slurm_horus.localcluster.chroot import slurm_install
+
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURM_CONF": str(cluster.slurm_conf)}
+    # as the user: on a chroot's Slurm (make test-slurm-newer) root enters it and then becomes the user
+    argv, as_user = slurm_install().as_user(["sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", *args], user)
     started = time.perf_counter()
-    result = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", *args], input=script,
-                            user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True, text=True,
-                            env=env, cwd="/tmp", timeout=60)
+    result = subprocess.run(argv, input=script, capture_output=True, text=True, env=env, cwd="/tmp", timeout=60,
+                            **as_user)
     took = (time.perf_counter() - started) * 1000
     job = result.stdout.strip().split(";")[0]
     return (int(job) if result.returncode == 0 and job.isdigit() else None), took, result.stderr

@@ -9,11 +9,10 @@
   sacct window is committed, so a kill -9 at any point is repaired by the next run.
 * Long ranges are split into windows (one sacct call each, sized to the job rate) with progress.
 
-Sources: ``sacct --json`` (Slurm 22.05's openapi dbv0.0.38 output), falling back to ``sacct -P`` when
+Sources: ``sacct --json`` (any supported Slurm: 22.05, 24.11, 26.05), falling back to ``sacct -P`` when
 ``--json`` is unavailable, or a saved file of either form (``--from-file``).
 """
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -58,12 +57,12 @@ class SacctSource:
 
             try:
                 result = self._run(["sacct", "--json"] + window)
-                jobs, steps = job_rows_from_json(json.loads(result.stdout))
+                jobs, steps = job_rows_from_json(result.stdout)
                 codes = self._run(["sacct", "-P", "-n", "-o", "JobIDRaw,ExitCode"] + window)
                 apply_exit_codes(jobs, steps, codes.stdout)
                 self.used = "json"
                 return jobs, steps
-            except (SlurmCommandError, ValueError) as exc:
+            except (SlurmCommandError, InputError) as exc:
                 if self.mode == "json":
                     raise InputError(f"sacct --json failed: {exc}") from None
                 self.used = "parsable"  # e.g. a build without the openapi plugin
@@ -93,11 +92,11 @@ class FileSource:
             raise InputError(f"cannot read {self.path}: {exc.strerror}") from None
         if text.lstrip().startswith("{"):
             try:
-                doc = json.loads(text)
-            except ValueError as exc:
+                rows = job_rows_from_json(text)
+            except InputError as exc:
                 raise InputError(f"{self.path}: not valid sacct JSON: {exc}") from None
             self.used = "json"
-            return job_rows_from_json(doc)
+            return rows
         self.used = "parsable"
         return job_rows_from_parsable(text, source=self.path)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import HorusError, InputError
+from .chroot import LOCAL_SLURM_VAR, RELEASES, SYSTEM, default_slurm, slurm_install
 from .cluster import DEFAULT_GPUS, DEFAULT_NODES, STATE_FILE, LocalCluster
 
 DIR_HELP = "cluster directory (default: the one $SLURM_CONF points into)"
@@ -25,7 +26,7 @@ def resolve_dir(directory):
 
 @click.group("local-cluster")
 def local_cluster():
-    """A private Slurm 22.05 cluster with fake GPUs on this machine (for trials, tests, the demo)."""
+    """A private Slurm cluster with fake GPUs on this machine (for trials, tests, the demo)."""
 
 
 @local_cluster.command("up")
@@ -41,22 +42,41 @@ def local_cluster():
 @click.option("--job-submit-lua", type=click.Path(exists=True, dir_okay=False),
               help="job_submit.lua to install instead of the shipped one")
 @click.option("--base-port", type=click.IntRange(1024, 65000), help="try ports from here upwards (default: random)")
+@click.option("--slurm", type=click.Choice([SYSTEM, *RELEASES]), default=default_slurm, show_default=LOCAL_SLURM_VAR
+              + " or system",
+              help="which Slurm: the system's, or 24.11 (Debian trixie) / 26.05 (sid) from a chroot built once")
 @click.option("--shards-per-gpu", default=2, show_default=True, type=click.IntRange(1, 128),
               help="gres.conf Count= of each GPU's shard line")
 @click.option("--json", "as_json", is_flag=True, help="print the cluster state as JSON")
-def up(directory, nodes, gpus, with_dbd, horus, binding, policy, job_submit_lua, base_port, shards_per_gpu, as_json):
+def up(directory, nodes, gpus, with_dbd, horus, binding, policy, job_submit_lua, base_port, slurm, shards_per_gpu,
+       as_json):
     """Start the cluster; its daemons keep running after this command exits."""
+    install = slurm_install(slurm).prepare(echo=lambda line: click.echo(line, err=True))
     cluster = LocalCluster(directory=directory, nodes=nodes, gpus=gpus, with_dbd=with_dbd,
                            job_submit_lua=job_submit_lua, base_port=base_port, horus=horus,
-                           horus_settings={"binding": binding, "policy": policy}, shards_per_gpu=shards_per_gpu)
+                           horus_settings={"binding": binding, "policy": policy}, slurm=install,
+                           shards_per_gpu=shards_per_gpu)
     cluster.up()
     if as_json:
         click.echo(json.dumps(cluster.status(), indent=2))
         return
     click.echo(f"local cluster up in {cluster.timings['up_s']:.2f} s: {nodes} nodes x {gpus} GPUs"
-               f"{' + slurmdbd' if with_dbd else ''}{' + horusd' if horus else ''} in {cluster.root}")
+               f"{' + slurmdbd' if with_dbd else ''}{' + horusd' if horus else ''} in {cluster.root}"
+               f"{'' if slurm == SYSTEM else ' on ' + install.describe()}")
     click.echo(cluster.export_line())
     click.echo(f"stop it with: horus local-cluster down --dir {cluster.root}", err=True)
+
+
+@local_cluster.command("prepare")
+@click.option("--slurm", type=click.Choice(list(RELEASES)), required=True, help="which Slurm's chroot")
+def prepare(slurm):
+    """Build (once) the chroot a --slurm 24.11/26.05 cluster runs in; say what it holds."""
+    install = slurm_install(slurm)
+    was_built = install.built() is not None
+    install.prepare(echo=lambda line: click.echo(line, err=True))
+    info = install.built()
+    click.echo(f"{install.describe()}: {'already built' if was_built else 'built in %s s' % info.get('build_s')}; "
+               + ", ".join(f"{name} {version}" for name, version in sorted(info.get("packages", {}).items())))
 
 
 @local_cluster.command("down")
@@ -81,7 +101,8 @@ def status(directory, as_json):
         click.echo(json.dumps(state, indent=2))
     else:
         click.echo(f"{state['dir']}: {'running' if state['running'] else 'not running'}"
-                   f" ({state['nodes']} nodes x {state['gpus']} GPUs{', slurmdbd' if state['with_dbd'] else ''})")
+                   f" ({state['nodes']} nodes x {state['gpus']} GPUs{', slurmdbd' if state['with_dbd'] else ''}"
+                   f", Slurm {state.get('slurm', SYSTEM)})")
         for daemon in state["daemons"]:
             click.echo(f"  {daemon['name']:12} pid {daemon['pid']:<8} {'alive' if daemon['alive'] else 'gone'}")
     if not state["running"]:

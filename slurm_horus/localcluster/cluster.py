@@ -1,15 +1,19 @@
-"""A private, throw-away Slurm 22.05 cluster with fake GPUs on one machine.
+"""A private, throw-away Slurm cluster with fake GPUs on one machine.
 
 ``LocalCluster(...).up()`` starts munged, optionally MariaDB + slurmdbd, slurmctld and one slurmd
 per node, all under one directory, on free ports, and records every daemon's PID in a JSON state
 file there. ``down()`` cancels the jobs, waits for the queue to drain, and stops the daemons by PID.
 The daemons outlive the Python process that started them (``horus local-cluster up`` exits at
 once); ``LocalCluster.attach(dir)`` picks a running cluster up again from its state file.
+
+``slurm`` picks the Slurm it runs (:mod:`.chroot`): the system's (Debian 12: 22.05), or 24.11 / 26.05
+from a Debian chroot; ``env`` then puts that Slurm's client commands first on ``PATH``.
 """
 
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -26,6 +30,7 @@ from ..slurm.runner import SlurmCommandError, run_slurm
 from . import backup as backup_host
 from . import files, procs
 from . import horus as horus_local
+from .chroot import SYSTEM, SystemSlurm, slurm_install
 from .prereq import check_prerequisites, find_program
 
 STATE_FILE = "cluster.json"
@@ -84,12 +89,12 @@ def golden_cache_dir():
     return Path(base) / "slurm-horus"
 
 
-def _golden_key(cluster_name):
+def _golden_key(cluster_name, db_install, install):
     """Cache key of the golden DB: the cluster name and the exact MariaDB/slurmdbd binaries."""
     parts = [GOLDEN_FORMAT, cluster_name]
-    for program in ("mariadbd", "slurmdbd"):
-        path = find_program(program)
-        info = os.stat(os.path.realpath(path)) if path else None
+    for program, install in (("mariadbd", db_install), ("slurmdbd", install)):
+        path = install.real_program(program)
+        info = os.stat(install.host_path(path)) if path else None
         parts.append(f"{program}:{info.st_size}:{int(info.st_mtime)}" if info else program)
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
@@ -129,6 +134,21 @@ def _log_says_port_in_use(path):
         return False
 
 
+# What slurmdbd 24.11/26.05 (Debian's builds) log before they stop against a MariaDB 11.8.9 server.
+MARIADB_MISMATCH = "_check_mysql_concat_is_sane: null result"
+
+
+def accounting_failure(log_text):
+    """One line saying why slurmdbd stopped, when it is the known MariaDB mismatch; else None."""
+    if MARIADB_MISMATCH not in log_text:
+        return None
+    server = re.search(r"MySQL server version is: (\S+)", log_text)
+    return (f"accounting unavailable: this slurmdbd stops at start-up against MariaDB "
+            f"{server.group(1) if server else '(unknown version)'} ({MARIADB_MISMATCH}), a mismatch between "
+            "Debian's slurmdbd and MariaDB 11.8 packages; run it against MariaDB 10.11 (Debian 12's "
+            "mariadb-server, as horus local-cluster does) or start the cluster without --with-dbd")
+
+
 def validate_lua(path):
     """``luac5.1 -p``: a broken job_submit.lua at slurmctld start-up is fatal, so check it first."""
     luac = find_program("luac5.1") or find_program("luac")
@@ -146,7 +166,7 @@ class LocalCluster:
     def __init__(self, directory=None, nodes=DEFAULT_NODES, gpus=DEFAULT_GPUS, with_dbd=False,
                  job_submit_lua=None, cluster_name=DEFAULT_CLUSTER_NAME, base_port=None,
                  use_golden_db=True, horus=False, horus_settings=None, job_submit_plugin=True,
-                 partitions=None, extra_conf=(), cred_expire=None, backup_controller=False,
+                 partitions=None, extra_conf=(), cred_expire=None, slurm=None, backup_controller=False,
                  shards_per_gpu=files.SHARDS_PER_GPU):
         if nodes < 1 or gpus < 1:
             raise InputError("a local cluster needs at least 1 node and 1 GPU per node")
@@ -166,8 +186,20 @@ class LocalCluster:
         self.partitions = partitions  # PartitionName= lines (default: "debug" over all nodes)
         self.extra_conf = list(extra_conf)  # more slurm.conf lines (e.g. preemption)
         self.cred_expire = cred_expire  # seconds; also the wait of a requeued job (Slurm's default 120)
+        # which Slurm: a name (system, 24.11, 26.05; None: $HORUS_LOCAL_SLURM or system) or a SlurmInstall
+        self.install = slurm_install(slurm) if slurm is None or isinstance(slurm, str) else slurm
+        self.mounts = []  # mounts made for this cluster alone (a chroot's view of a dir outside /tmp)
+        # MariaDB is always the host's. slurmdbd 24.11 and 26.05 as Debian builds them stop at start-up
+        # against their own suite's MariaDB 11.8.9 server (see docs/local-cluster.md); against the
+        # host's MariaDB 10.11 (Debian 12) they work. slurmdbd talks to it over TCP only.
+        self.db_install = SystemSlurm()
+        self._version = None  # slurm_version(), once asked
         # a second SlurmctldHost in a namespace of its own, with its own horusd (see backup.py)
         self.backup_controller = backup_controller
+        if backup_controller and self.install.bin_dir is not None:
+            # the backup runs the host's slurmctld binary in its namespaces, and its pid and log files
+            # are bind-mounted over in that host view: neither is what a chroot's slurmctld would see
+            raise InputError(f"a backup controller runs with the system's Slurm only, not Slurm {self.install.name}")
         self.backup = None  # {"holder", "here", "there", "veth"} once created
         self.shards_per_gpu = int(shards_per_gpu)  # gres.conf Count= of each GPU's shard line
         self.layout = ClusterLayout(directory) if directory is not None else None
@@ -192,7 +224,7 @@ class LocalCluster:
     @property
     def env(self):
         """Our environment with ``SLURM_CONF`` pointing at this cluster (for subprocesses)."""
-        env = dict(os.environ)
+        env = self.install.env(dict(os.environ))
         env["SLURM_CONF"] = str(self.slurm_conf)
         return env
 
@@ -221,12 +253,14 @@ class LocalCluster:
     def export_line(self):
         """The shell line that points Slurm's commands and horus's (``horus doctor``, ``horus-sbatch``,
         ``horus report``, ``horus collect``) at this cluster: SLURM_CONF, HORUS_CONFIG when horusd runs
-        here, and HORUS_SHIP_TO when the sample receiver does."""
+        here, HORUS_SHIP_TO when the sample receiver does, and a chroot Slurm's commands first on PATH."""
         line = f"export SLURM_CONF={shlex.quote(str(self.slurm_conf))}"
         if self.horus_config.exists():
             line += f" HORUS_CONFIG={shlex.quote(str(self.horus_config))}"
         if self.ship_to:
             line += f" HORUS_SHIP_TO={shlex.quote(self.ship_to)}"
+        if self.install.bin_dir is not None:
+            line += f' PATH={shlex.quote(str(self.install.bin_dir))}:"$PATH"'
         return line
 
     def node_names(self):
@@ -234,6 +268,7 @@ class LocalCluster:
 
     def run(self, argv, **kwargs):
         """Run a Slurm CLI against this cluster (see :func:`slurm_horus.slurm.runner.run_slurm`)."""
+        kwargs.setdefault("env", self.env)
         return run_slurm(argv, slurm_conf=self.slurm_conf, **kwargs)
 
     def sbatch(self, args=(), script="#!/bin/sh\ntrue\n"):
@@ -246,7 +281,7 @@ class LocalCluster:
             args.append(f"--output={self.layout.jobs}/slurm-%j.out")
         if not any(str(a).startswith(("--chdir", "-D")) for a in args):
             args.append(f"--chdir={self.layout.jobs}")
-        return queries.submit_batch(args, script, slurm_conf=self.slurm_conf)
+        return queries.submit_batch(args, script, slurm_conf=self.slurm_conf, env=self.env)
 
     def job_output(self, job_id):
         return (self.layout.jobs / f"slurm-{job_id}.out").read_text()
@@ -277,13 +312,19 @@ class LocalCluster:
                            self.layout.log / "slurmctld.log", poll=0.1)
 
     def nodes_info(self):
-        return queries.sinfo(self.slurm_conf)
+        return queries.sinfo(self.slurm_conf, env=self.env)
 
     def queue(self):
-        return queries.squeue(self.slurm_conf)
+        return queries.squeue(self.slurm_conf, env=self.env)
 
     def accounting(self, job_ids=None):
-        return queries.sacct(job_ids, slurm_conf=self.slurm_conf)
+        return queries.sacct(job_ids, slurm_conf=self.slurm_conf, env=self.env)
+
+    def slurm_version(self):
+        """The version of the Slurm this cluster runs (``scontrol version``, asked once)."""
+        if self._version is None:
+            self._version = queries.slurm_version(self.slurm_conf, env=self.env)
+        return self._version
 
     def install_job_submit(self, lua_file):
         """Validate ``lua_file`` and copy it beside slurm.conf as job_submit.lua.
@@ -328,7 +369,8 @@ class LocalCluster:
     # ----------------------------------------------------------------- start
     def up(self, timeout=60.0):
         """Start the whole cluster; return self. Raises ClusterError (daemons stopped again)."""
-        check_prerequisites(with_dbd=self.with_dbd)
+        self.install.prepare()
+        check_prerequisites(with_dbd=self.with_dbd, install=self.install)
         if self.job_submit_lua is None:
             self.job_submit_lua = resource_path(
                 "job_submit_lua", "job_submit.lua" if self.horus else "job_submit_logging.lua")
@@ -339,10 +381,13 @@ class LocalCluster:
             self.layout = ClusterLayout(self.directory)
         self._prepare_directory()
         try:
+            self.mounts = self.install.acquire(self.layout.root)
+            self._write_state()
             self._start_with_port_retries(timeout)
         except BaseException:
             # Leave nothing running; the directory stays for its logs.
             self._stop_daemons()
+            self._release_install()
             self._write_state()
             raise
         self.timings["up_s"] = round(time.monotonic() - started, 3)
@@ -397,7 +442,7 @@ class LocalCluster:
                 os.mknod(layout.gpu_device(name, k), stat.S_IFCHR | 0o666, os.makedev(1, 3))
         # Slurm reads its role from argv[0]: start the daemons through links named exactly so.
         for program in ("slurmctld", "slurmd", "slurmstepd"):
-            os.symlink(os.path.realpath(find_program(program)), layout.bin / program)
+            os.symlink(self.install.real_program(program), layout.bin / program)
         key = layout.munge / "munge.key"
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
@@ -459,7 +504,7 @@ class LocalCluster:
         """Run a daemon that forks into the background; record the PID from its pid file."""
         stderr_path = self.layout.log / f"{name}.stderr"
         with open(stderr_path, "ab") as err:
-            result = subprocess.run([str(a) for a in argv], env=self._daemon_env(), stdin=subprocess.DEVNULL,
+            result = subprocess.run(self.install.command(argv), env=self._daemon_env(), stdin=subprocess.DEVNULL,
                                     stdout=err, stderr=err, timeout=30)
         pid = procs.read_pid_file(pid_file, wait_s=5.0)
         if result.returncode != 0 or pid is None:
@@ -544,7 +589,7 @@ class LocalCluster:
 
     def _start_munged(self):
         layout = self.layout
-        munged = find_program("munged")
+        munged = self.install.program("munged")
         self._start_daemonizing(
             "munged",
             [munged, f"--key-file={layout.munge / 'munge.key'}", f"--socket={layout.munge_socket}",
@@ -556,7 +601,7 @@ class LocalCluster:
     # ----------------------------------------------------------------- accounting
     def _start_accounting(self, timeout):
         """MariaDB + slurmdbd; the DB comes from the golden copy when there is one (~2 s vs ~10 s)."""
-        golden = golden_cache_dir() / f"golden-db-{_golden_key(self.cluster_name)}"
+        golden = golden_cache_dir() / f"golden-db-{_golden_key(self.cluster_name, self.db_install, self.install)}"
         if self.use_golden_db and golden.is_dir():
             shutil.copytree(golden, self.layout.db_data, symlinks=True)
             self.timings["golden_db"] = True
@@ -575,12 +620,12 @@ class LocalCluster:
             self._save_golden(golden, timeout)
 
     def _init_database(self):
-        installer = find_program("mariadb-install-db")
+        installer = self.db_install.program("mariadb-install-db")
         log = self.layout.log / "mariadb-install-db.log"
         with open(log, "wb") as out:
-            result = subprocess.run(
+            result = subprocess.run(self.db_install.command(
                 [installer, "--no-defaults", "--user=root", f"--datadir={self.layout.db_data}",
-                 "--auth-root-authentication-method=normal", "--skip-test-db", *MARIADB_SIZE_OPTIONS],
+                 "--auth-root-authentication-method=normal", "--skip-test-db", *MARIADB_SIZE_OPTIONS]),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=120)
         if result.returncode != 0:
             raise ClusterError(f"mariadb-install-db failed (exit {result.returncode}); see {log}")
@@ -588,12 +633,13 @@ class LocalCluster:
     def _start_mariadb(self, timeout):
         layout = self.layout
         log = layout.log / "mariadb.err"
-        argv = [find_program("mariadbd"), "--no-defaults", "--user=root", f"--datadir={layout.db_data}",
+        argv = [self.db_install.program("mariadbd"), "--no-defaults", "--user=root", f"--datadir={layout.db_data}",
                 f"--socket={layout.db_socket}", f"--port={self.ports['mariadb']}", "--bind-address=127.0.0.1",
                 f"--pid-file={layout.db / 'mysqld.pid'}", f"--log-error={log}",
                 "--innodb-lock-wait-timeout=900", "--skip-name-resolve", *MARIADB_SIZE_OPTIONS]
         with open(layout.log / "mariadb.stdout", "ab") as out:
-            child = subprocess.Popen(argv, env=self._daemon_env(), stdin=subprocess.DEVNULL, stdout=out,
+            child = subprocess.Popen(self.db_install.command(argv), env=self._daemon_env(), stdin=subprocess.DEVNULL,
+                                     stdout=out,
                                      stderr=out, start_new_session=True)
         self._children.append(child)
         self._record("mariadbd", child.pid)
@@ -605,17 +651,22 @@ class LocalCluster:
         _wait_until(ready, timeout, "MariaDB", log)
 
     def _mariadb_sql(self, sql):
-        result = subprocess.run([find_program("mariadb"), "--no-defaults", "-S", str(self.layout.db_socket),
-                                 "-uroot", "-e", sql], capture_output=True, text=True, timeout=60)
+        result = subprocess.run(self.db_install.command([self.db_install.program("mariadb"), "--no-defaults", "-S",
+                                                      str(self.layout.db_socket), "-uroot", "-e", sql]),
+                                capture_output=True, text=True, timeout=60)
         if result.returncode != 0:
             raise ClusterError(f"MariaDB refused setup SQL: {result.stderr.strip()}")
 
     def _start_slurmdbd(self, timeout):
         layout = self.layout
         log = layout.log / "slurmdbd.log"
-        pid = self._start_daemonizing("slurmdbd", [find_program("slurmdbd")], layout.run / "slurmdbd.pid", log)
+        pid = self._start_daemonizing("slurmdbd", [self.install.program("slurmdbd")], layout.run / "slurmdbd.pid", log)
 
         def answers():
+            if not procs.pid_alive(pid):
+                why = accounting_failure(log.read_text(errors="replace") if log.exists() else "")
+                if why:
+                    raise ClusterError(why)
             self._check_alive("slurmdbd", pid, log)
             return _tcp_listening(self.ports["slurmdbd"])
 
@@ -702,6 +753,8 @@ class LocalCluster:
         self._stop_daemons()
         survivors = [pid for pid in was if procs.pid_alive(pid) and procs.belongs_to(pid, self.marker)]
         survivors += procs.marked_processes(self.marker)
+        if not survivors:
+            self._release_install()
         if remove is None:
             remove = self.temporary
         if remove and not survivors:
@@ -709,6 +762,13 @@ class LocalCluster:
         elif self.layout.root.exists():
             self._write_state()
         return sorted(set(survivors))
+
+    def _release_install(self):
+        """Unmount what this cluster's Slurm chroot needed, if no other cluster still uses it."""
+        left = self.install.release(self.layout.root, self.mounts)
+        if left:
+            raise ClusterError(f"could not unmount {', '.join(left)} (still busy)")
+        self.mounts = []
 
     # ----------------------------------------------------------------- state file
     def state(self):
@@ -719,6 +779,8 @@ class LocalCluster:
             "nodes": self.nodes,
             "gpus": self.gpus,
             "with_dbd": self.with_dbd,
+            "slurm": self.install.name,
+            "mounts": list(self.mounts),
             "temporary": self.temporary,
             "ports": self.ports,
             "backup": self.backup,
@@ -746,7 +808,9 @@ class LocalCluster:
         """The cluster recorded in ``directory``'s state file (running or not)."""
         state = cls.read_state(directory)
         cluster = cls(directory=state["dir"], nodes=state["nodes"], gpus=state["gpus"],
-                      with_dbd=state["with_dbd"], cluster_name=state["cluster_name"])
+                      with_dbd=state["with_dbd"], cluster_name=state["cluster_name"],
+                      slurm=state.get("slurm") or SYSTEM)
+        cluster.mounts = state.get("mounts", [])
         cluster.temporary = state.get("temporary", False)
         cluster.ports = state.get("ports", {})
         cluster.backup = state.get("backup")

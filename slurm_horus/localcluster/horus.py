@@ -139,3 +139,18 @@ def _start_service(cluster, name, command, what, answers, timeout, config=None):
         time.sleep(0.05)
     procs.stop_pids([child.pid])
     raise _cluster_error(f"{what} did not answer within {timeout:g} s; see {log}")
+
+
+def wait_refreshed(cluster, timeout=30.0):
+    """Wait until horusd has re-read Slurm after this moment, so that its state shows the jobs Slurm
+    has started or ended by now. refresh_s is 1 s here, but horusd stretches the interval to 20x what
+    a refresh costs (a loaded machine, a Slurm whose --json commands take longer), so a fixed sleep
+    does not do. Returns the seconds waited; raises ClusterError after ``timeout``."""
+    since = time.monotonic()
+    time.sleep(0.1)
+    while time.monotonic() - since < timeout:
+        reply = protocol.ask({"op": "ping"}, cluster.horus_socket, timeout_s=2.0)
+        if reply is not None and reply.get("state_age_s", timeout) < time.monotonic() - since - 0.05:
+            return time.monotonic() - since
+        time.sleep(0.1)
+    raise _cluster_error(f"horusd did not refresh its cluster state within {timeout:g} s")

@@ -33,6 +33,15 @@ DBD_REQUIREMENTS = [
     ("mariadb", "mariadb-server"),
 ]
 
+# A cluster on a chroot's Slurm (localcluster.chroot) needs these on the host; the chroot holds the
+# rest, but not MariaDB: the host's serves the chroot's slurmdbd.
+CHROOT_HOST_REQUIREMENTS = [
+    ("luac5.1", "lua5.1"),
+    ("chroot", "coreutils"),
+    ("mount", "mount"),
+]
+CHROOT_HOST_DBD_REQUIREMENTS = [item for item in DBD_REQUIREMENTS if item[1] == "mariadb-server"]
+
 
 class PrerequisiteError(HorusError):
     """The local cluster cannot start on this machine; the message says what to install or do."""
@@ -44,8 +53,10 @@ def find_program(name, path=None):
     return shutil.which(name, path=path if path is not None else os.environ.get("PATH", os.defpath))
 
 
-def missing_prerequisites(with_dbd=False, path=None, requirements=None):
-    """[(missing program or file, Debian package)] for this machine."""
+def missing_prerequisites(with_dbd=False, path=None, requirements=None, install=None):
+    """[(missing program or file, Debian package)] for this machine (``install``: a chroot Slurm)."""
+    if requirements is None and install is not None and install.root is not None:
+        requirements = CHROOT_HOST_REQUIREMENTS + (CHROOT_HOST_DBD_REQUIREMENTS if with_dbd else [])
     wanted = list(requirements) if requirements is not None else (
         CORE_REQUIREMENTS + (DBD_REQUIREMENTS if with_dbd else []))
     missing = []
@@ -56,10 +67,10 @@ def missing_prerequisites(with_dbd=False, path=None, requirements=None):
     return missing
 
 
-def prerequisite_problems(with_dbd=False, path=None, euid=None, requirements=None):
+def prerequisite_problems(with_dbd=False, path=None, euid=None, requirements=None, install=None):
     """Human-readable problems (empty list: ready). ``euid`` defaults to ours."""
     problems = []
-    missing = missing_prerequisites(with_dbd, path, requirements)
+    missing = missing_prerequisites(with_dbd, path, requirements, install)
     if missing:
         packages = sorted({package for _, package in missing})
         problems.append(
@@ -73,7 +84,7 @@ def prerequisite_problems(with_dbd=False, path=None, euid=None, requirements=Non
     return problems
 
 
-def check_prerequisites(with_dbd=False, path=None, euid=None, requirements=None):
-    problems = prerequisite_problems(with_dbd, path, euid, requirements)
+def check_prerequisites(with_dbd=False, path=None, euid=None, requirements=None, install=None):
+    problems = prerequisite_problems(with_dbd, path, euid, requirements, install)
     if problems:
         raise PrerequisiteError("cannot start the local cluster: " + "; ".join(problems))

@@ -19,7 +19,7 @@ from .job import GPU_COUNT_OPTIONS, GPU_GRES_NAMES, gres_items
 from .text import one_line
 
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_GRES = re.compile(r"^[A-Za-z0-9_.:,()-]*$")
+_GRES = re.compile(r"^[A-Za-z0-9_.:/,()-]*$")
 _DECISION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _BINDINGS = ("indexed", "shard", "node")
 
@@ -38,9 +38,10 @@ class Decision:
             raise ValueError(f"bad binding {self.binding!r}")
         tres = reply.get("tres") or ""
         if not isinstance(tres, str) or not _GRES.match(tres) or \
-                any(not item.startswith("gres:") for item in tres.split(",") if tres):
+                any(not item.startswith(("gres:", "gres/")) for item in tres.split(",") if tres):
             raise ValueError(f"bad tres {tres!r}")
-        # sbatch's --gres spelling of the reply's tres_per_node (gres:shard:g2:1 -> shard:g2:1)
+        # sbatch's --gres spelling of the reply's tres_per_node (gres:shard:g2:1, or gres/shard:g2:1 as
+        # horusd spells it for 23.02+, -> shard:g2:1)
         self.gres = "" if self.binding == "node" else ",".join(item[len("gres:"):] for item in tres.split(",") if tres)
         if self.binding != "node" and not self.gres:
             raise ValueError(f"binding {self.binding} without gres")
@@ -93,19 +94,32 @@ def _number(reply, key, kind, low, high):
 
 
 def binding_options(decision, view):
-    """The options that pin the job where horusd decided, in command-line spelling."""
+    """The options that pin the job where horusd decided, in command-line spelling.
+
+    The user's own GPU spellings left in the script or the environment are cancelled with ``=0``,
+    except ``--gpus-per-node``: sbatch 26.05 refuses it beside ``--gres=gpu`` (even as ``=0``), so
+    whole GPUs are then named with it (``--gpus-per-node=g1:1,g3:1``, which the command line lets
+    outrank the script's), on every Slurm version alike.
+    """
     options = ["--nodelist=" + ",".join(decision.nodes)]
     if decision.binding == "node":
         return options
-    gres = [decision.gres]
+    forms = view.gpu_forms()
+    left_behind = [name for name in GPU_COUNT_OPTIONS if name in forms and any(
+        o.name == name for layer in view.layers[:2] for o in layer)]
+    gres = [text for name, _, _, text in gres_items(decision.gres)]
+    per_node = []
+    if "gpus-per-node" in left_behind and "gres" not in forms:
+        per_node = [text[len("gpu:"):] for name, _, _, text in gres_items(decision.gres) if name == "gpu"]
+        gres = [text for name, _, _, text in gres_items(decision.gres) if name != "gpu"]
     user_gres = view.effective.get("gres")
     if user_gres is not None:
         gres += [text for name, _, _, text in gres_items(user_gres.value) if name not in GPU_GRES_NAMES]
-    options.append("--gres=" + ",".join(gres))
-    for name in GPU_COUNT_OPTIONS:
-        if name in view.gpu_forms() and any(
-                o.name == name for layer in view.layers[:2] for o in layer):
-            options.append(f"--{name}=0")
+    if gres:
+        options.append("--gres=" + ",".join(gres))
+    if per_node:
+        options.append("--gpus-per-node=" + ",".join(per_node))
+    options += [f"--{name}=0" for name in left_behind if not (per_node and name == "gpus-per-node")]
     return options
 
 

@@ -70,15 +70,18 @@ _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l
 
 
 class SlurmReader:
-    """Reads the cluster from ``sinfo --json`` and ``squeue --json`` (22.05 has no scontrol --json).
+    """Reads the cluster from ``squeue --json`` and the nodes (``sinfo --json`` on 22.05,
+    ``scontrol --json show nodes`` later; see slurm.queries.SlurmSource), on any supported Slurm.
 
-    Jobs come and go every few seconds, nodes rarely: ``sinfo`` is re-read only every
+    Jobs come and go every few seconds, nodes rarely: nodes are re-read only every
     ``nodes_every`` reads (and on the first), which halves what a refresh costs slurmctld.
+    The snapshot names the Slurm version the JSON came from: decisions are spelled for it.
     """
 
     def __init__(self, slurm_conf=None, timeout_s=10.0, nodes_every=5):
         self.slurm_conf = slurm_conf
         self.timeout_s = timeout_s
+        self.source = queries.SlurmSource(slurm_conf, timeout_s)
         self.nodes_every = nodes_every
         self._reads = 0
         self._nodes = None
@@ -87,20 +90,21 @@ class SlurmReader:
     def read(self):
         taken_at = time.time()
         if self._nodes is None or self._reads % self.nodes_every == 0:
-            self._nodes = queries.sinfo(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
+            self._nodes = self.source.nodes()
             try:
                 self._preemption = read_preemption(self.slurm_conf, self.timeout_s)
             except HorusError as exc:
                 log.warning("horus: cannot read Slurm's preemption settings (%s): assuming none", exc)
         self._reads += 1
         nodes = self._nodes
-        jobs = queries.squeue(slurm_conf=self.slurm_conf, timeout=self.timeout_s)
+        jobs = self.source.jobs()
         features = {}
         for node in nodes:
             for feature in getattr(node, "features", ()) or ():
                 if feature.lower() in _KNOWN_GPU_TYPES:
                     features[node.name] = feature.lower()
-        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features, preemption=self._preemption)
+        return Snapshot(nodes=nodes, jobs=jobs, taken_at=taken_at, features=features, preemption=self._preemption,
+                        slurm_version=self.source.version)
 
 
 def check_serve_config(config):
@@ -367,7 +371,7 @@ class Horusd:
         unshaped = placer.take_unshaped()
         if unshaped:
             log.warning("horus: kept jobs %s ask for no GPU (a move cut short): their shard back", ",".join(unshaped))
-            self.mover.restore([(job_id, "gres:shard:1") for job_id in unshaped])
+            self.mover.restore([(job_id, f"{self.placer.gres_prefix}shard:1") for job_id in unshaped])
         moves = placer.cycle()
         if moves:
             log.info("horus: cycle placed %d kept jobs: %s", len(moves),

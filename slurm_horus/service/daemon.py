@@ -101,6 +101,7 @@ class Placer:
         self.on_claimed = None  # callback(claim request, offer reply) once a claim is recorded
         self.generation = 0  # counts changes of the state: offers computed on an older one are void
         self.decisions = 0
+        self.gres_prefix = "gres:"  # how tres_per_node spells GRES on this Slurm (from each snapshot)
         # the queue (module docstring)
         self.queue_on = queue
         self.lease_s = lease_s
@@ -155,6 +156,8 @@ class Placer:
             self.state = view.state
             self.generation += 1
             self.snapshot_time = snapshot.taken_at
+            if snapshot.slurm_version is not None:
+                self.gres_prefix = snapshot.slurm_version.gres_prefix
             self.pending_jobs = view.pending_jobs
             self.pending_gpus = view.pending_gpus
             self.preemption = snapshot.preemption
@@ -278,7 +281,8 @@ class Placer:
                 if request.records:
                     self._left_to_slurm()
                 return unchanged(why)
-            reply = placement_reply(state, decision, req, self.binding, decision_id, self.state_age())
+            reply = placement_reply(state, decision, req, self.binding, decision_id, self.state_age(),
+                                    self.gres_prefix)
             reply.class_known, reply.class_suggestions = self._known_pair(req.job_class)
             if request.records:
                 self._record(state, req, decision, reply, request.uid, from_user=request.from_user)
@@ -316,7 +320,7 @@ class Placer:
         """Keep the job for the queue (caller holds the lock): the reply tells job_submit.lua how. A held
         job (sbatch -H) waits for its user: it joins the queue only once released, and the jobs that
         come after it do not wait behind it meanwhile."""
-        reply = keep_reply(req, self.binding, req.job_id, self.lease_s, reason)
+        reply = keep_reply(req, self.binding, req.job_id, self.lease_s, reason, self.gres_prefix)
         self.kept_decisions += 1
         if self.on_kept is not None:
             self.on_kept()  # a fresh state soon: the kept job's id, or room that freed meanwhile
@@ -343,7 +347,8 @@ class Placer:
                 kept = self.kept.get(req.job_id)
                 if kept is None:
                     return False
-                reply = placement_reply(state, decision, req, self.binding, kept.decision_id, self.state_age())
+                reply = placement_reply(state, decision, req, self.binding, kept.decision_id, self.state_age(),
+                                        self.gres_prefix)
                 self._record(state, req, decision, reply, None, job_id=req.job_id)
                 del self.kept[req.job_id]
                 moves.append(Move(kept, reply))

@@ -1,7 +1,8 @@
 """``horus doctor``: read a site's Slurm and horus setup and say what would stop slurm-horus working.
 
 Each check returns (level, message) pairs; ``error`` means slurm-horus cannot place jobs as
-configured, ``warning`` means it works but not as well as it could.
+configured, ``warning`` means it works but not as well as it could, ``info`` says what was found
+(the Slurm version, and what slurm-horus does on it).
 """
 
 import os
@@ -14,7 +15,9 @@ import time
 from pathlib import Path
 
 from ..errors import HorusError
-from ..slurm.queries import squeue
+from ..slurm.queries import slurm_version, squeue
+from ..slurm.runner import SlurmCommandError
+from ..slurm.version import support_lines
 from ..tokens import KEPT_MODE, parse_horus_tokens
 from . import protocol
 
@@ -190,6 +193,15 @@ def check_offers(config, now=None):
     return problems
 
 
+def check_slurm_version(slurm_conf):
+    """The Slurm version (of the commands on PATH: ``scontrol version``) and what slurm-horus does there."""
+    try:
+        version = slurm_version(slurm_conf, timeout=10)
+    except SlurmCommandError as exc:
+        return [("error", f"cannot tell the Slurm version: {exc}")]
+    return support_lines(version)
+
+
 def check_queue(config, jobs, ping=None, now=None):
     """The jobs horusd keeps (squeue's ``mode=kept`` tokens): how many, the oldest, and any kept longer
     than it should be: a begin time past the lease (if horusd stopped, it would wait that long), or a
@@ -232,6 +244,7 @@ def run_checks(config, slurm_conf=None):
     if not slurm_conf.exists():
         return problems + [("error", f"{slurm_conf} not found (give --slurm-conf or set SLURM_CONF)")]
     conf = read_slurm_conf(slurm_conf)
+    problems += check_slurm_version(slurm_conf)
     problems += _check_slurm_conf(conf, config.binding)
     problems += _check_gres_conf(slurm_conf.parent / "gres.conf", config.binding)
     problems += _check_lua(slurm_conf.parent / "job_submit.lua")

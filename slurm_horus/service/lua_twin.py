@@ -266,12 +266,30 @@ def parse_confirm(line, claimed):
     return reply, None
 
 
+def gres_prefix(job):
+    """``gres:`` or ``gres/``: how the job's own request spells GRES (the Slurm it came from), else None."""
+    for name in ("tres_per_node", "tres_per_job", "tres_per_task"):
+        value = job.get(name)
+        if isinstance(value, str):
+            match = re.match(r"^(gres[:/])", value)
+            if match:
+                return match.group(1)
+    return None
+
+
+def respell_tres(tres, prefix):
+    """``tres`` with every comma-separated item spelled with ``prefix`` (None: unchanged)."""
+    if prefix is None or not isinstance(tres, str):
+        return tres
+    return ",".join(prefix + re.sub(r"^gres[:/]", "", item) for item in tres.split(",") if item)
+
+
 def parse_keep(reply):
     bad = _check_token_fields(reply)
     if bad:
         return None, bad
     tres = reply.get("tres", "")
-    if not (tres == "gres:shard:1" or re.match(r"^gres:gpu:[0-9]+\Z", tres)):
+    if not (re.match(r"^gres[:/]shard:1\Z", tres) or re.match(r"^gres[:/]gpu:[0-9]+\Z", tres)):
         return None, "bad kept tres"
     lease = int(reply["lease"]) if re.match(r"^[0-9]+\Z", reply.get("lease", "")) else None
     if lease is None or lease < 1 or lease > 3600:
@@ -280,7 +298,7 @@ def parse_keep(reply):
 
 
 def _set_tres_per_node(job, tres):
-    job["tres_per_node"] = tres
+    job["tres_per_node"] = respell_tres(tres, gres_prefix(job))
     if job.get("tres_per_job"):
         job["tres_per_job"] = ""
     if job.get("tres_per_task"):

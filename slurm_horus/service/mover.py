@@ -17,6 +17,9 @@ untyped and typed only once, when they start:
   gres:gpu:g3:1 NodeList=n1 StartTime=now``: the job ran on exactly GPUs 1 and 3, nothing leaked;
 * with the ``node`` binding only the node list is set, and Slurm picks the GPUs on that node.
 
+The same moves hold on 24.11 and 26.05 (measured: docs/slurm-versions.md), spelled ``gres/`` there:
+each request is written in the spelling of the reply it applies (``slurm.gres.spelling_of``).
+
 All the moves of one cycle go through one scontrol (its stdin form); the job starts 0.1-0.4 s later
 (an update makes slurmctld schedule at once). The placed token goes into AdminComment afterwards,
 one scontrol each (a token holds spaces, which only scontrol's argv form keeps).
@@ -25,6 +28,7 @@ one scontrol each (a token holds spaces, which only scontrol's argv form keeps).
 import logging
 
 from ..slurm.control import update_job, update_many
+from ..slurm.gres import parse_gres, spelling_of
 from ..slurm.runner import SlurmCommandError
 from ..tokens import format_token, replace_token
 
@@ -46,15 +50,16 @@ def _start_lines(move):
     final["StartTime"] = "now"
     if reply.binding == "node":
         return [(job, final)]
-    if reply.tres.startswith("gres:shard:"):
+    if any(item.name == "shard" for item in parse_gres(reply.tres)):
         return [(job, {"TresPerNode": ""}), (job, final)]
-    return [(job, {"TresPerNode": "", "TresPerJob": f"gres:gpu:{kept.request.n_gpus}"}),
+    prefix = spelling_of(reply.tres)
+    return [(job, {"TresPerNode": "", "TresPerJob": f"{prefix}gpu:{kept.request.n_gpus}"}),
             (job, {"TresPerJob": "", **final})]
 
 
-def kept_tres(request):
+def kept_tres(request, prefix="gres:"):
     """The kept shape of a kept job's request (replies.kept_shape, read back)."""
-    return "gres:shard:1" if not request.exclusive else f"gres:gpu:{request.gpus_per_node}"
+    return f"{prefix}shard:1" if not request.exclusive else f"{prefix}gpu:{request.gpus_per_node}"
 
 
 class Mover:
@@ -71,7 +76,7 @@ class Mover:
         failed = [m for m in moves if int(m.kept.job_id) in refused]
         if failed:
             log.warning("horus: Slurm refused to start kept jobs %s", ",".join(m.kept.job_id for m in failed))
-            self.restore([(m.kept.job_id, kept_tres(m.kept.request)) for m in failed])
+            self.restore([(m.kept.job_id, kept_tres(m.kept.request, spelling_of(m.reply.tres))) for m in failed])
         for move in moves:
             if move in failed:
                 continue

@@ -5,9 +5,12 @@ Bindings (docs/horusd.md): ``indexed`` pins a job to its GPUs with per-GPU GRES 
 (``gres:shard:g2:1``) and holds whole GPUs like ``indexed`` for the others; ``node`` sets the node
 only (sites whose GRES types are model names). One ``tres_per_node`` string names the same GPU
 indices on every node, so a multi-node decision with different indices per node is bound by node.
+Requests are spelled for the Slurm horusd reads (``prefix``: ``gres:`` up to 22.05, ``gres/`` later,
+``SlurmVersion.gres_prefix``); 24.11 refuses the old spelling.
 """
 
 from ..placement.request import Decision, JobRequest
+from ..slurm.gres import GresItem, format_tres
 from ..tokens import FRACTION_MODE, KEPT_MODE, gpu_list
 from .protocol import Reply
 
@@ -24,17 +27,19 @@ def binding_of(binding, req: JobRequest, index_sets):
     return binding
 
 
-def placement_reply(state, decision: Decision, req: JobRequest, binding, decision_id, age) -> Reply:
+def placement_reply(state, decision: Decision, req: JobRequest, binding, decision_id, age,
+                    prefix="gres:") -> Reply:
     node_gpus = decision.gpus
     index_sets = {tuple(sorted(v)) for v in node_gpus.values()}
     used = binding_of(binding, req, index_sets)
     indices = sorted(next(iter(index_sets)))
     if used == "shard":
-        tres = ",".join(f"gres:shard:g{i}:{max(req.gpu_units, 1)}" for i in indices)
+        items = [GresItem("shard", f"g{i}", max(req.gpu_units, 1)) for i in indices]
     elif used == "indexed":
-        tres = ",".join(f"gres:gpu:g{i}:1" for i in indices)
+        items = [GresItem("gpu", f"g{i}", 1) for i in indices]
     else:  # node binding: Slurm picks the GPUs on that node, of the type the user asked for
-        tres = f"gres:gpu:{req.gpu_type + ':' if req.gpu_type else ''}{req.gpus_per_node}"
+        items = [GresItem("gpu", req.gpu_type or None, req.gpus_per_node)]
+    tres = format_tres(items, prefix)
     # shared: joins a GPU that runs another job; shareable: alone on a shard, others may join
     mode = "shared" if decision.shared else ("shareable" if used == "shard" else "exclusive")
     if req.gpu_units > 0:
@@ -55,19 +60,19 @@ def placement_reply(state, decision: Decision, req: JobRequest, binding, decisio
         **candidate_counts(decision, state))
 
 
-def kept_shape(binding, req: JobRequest):
+def kept_shape(binding, req: JobRequest, prefix="gres:"):
     """``tres_per_node`` of a job horusd keeps, chosen so that horusd can move it cleanly later and
     so that Slurm can start it anywhere if horusd is gone (measured on 22.05.8, docs/horusd.md): a job
     that may share one GPU is kept as an untyped shard ``gres:shard:1``, whole GPUs as untyped
     ``gres:gpu:N`` per node. Typed requests are never kept: Slurm moves them to another GPU type but
     keeps (and, for shards, leaks) the old type too."""
     if binding == "shard" and req.n_gpus == 1 and not req.exclusive:
-        return "gres:shard:1"
-    return f"gres:gpu:{req.gpus_per_node}"
+        return f"{prefix}shard:1"
+    return f"{prefix}gpu:{req.gpus_per_node}"
 
 
-def keep_reply(req: JobRequest, binding, decision_id, lease_s, reason) -> Reply:
-    return Reply("keep", reason=reason, id=decision_id, tres=kept_shape(binding, req),
+def keep_reply(req: JobRequest, binding, decision_id, lease_s, reason, prefix="gres:") -> Reply:
+    return Reply("keep", reason=reason, id=decision_id, tres=kept_shape(binding, req, prefix),
                  mode=KEPT_MODE, job_class=req.job_class, lease=int(lease_s))
 
 

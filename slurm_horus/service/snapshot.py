@@ -38,6 +38,7 @@ class Snapshot:
     taken_at: float
     features: Dict[str, str] = field(default_factory=dict)  # node -> gpu type from its features
     preemption: Preemption = field(default_factory=Preemption)  # whose jobs Slurm may start by preempting
+    slurm_version: object = None  # slurm.version.SlurmVersion the JSON named (None: unknown)
 
 
 @dataclass
@@ -101,8 +102,9 @@ def limit_s(job):
 
 def kept_request(job, job_class) -> Optional[JobRequest]:
     """The JobRequest of a kept job, from its kept shape: a shard (``gres:shard:1``: may share one
-    GPU) or whole GPUs (``gres:gpu:N`` per node, or per job halfway through a move, mover.py). None:
-    it asks for no GPU (a shard move interrupted between its two updates)."""
+    GPU) or whole GPUs (``gres:gpu:N`` per node, or per job halfway through a move, mover.py), in
+    either spelling (``gres/`` on 24.11+). None: it asks for no GPU (a shard move interrupted
+    between its two updates)."""
     items = job.gres_requested
     shards = [item for item in items if item.name == "shard"]
     gpus = sum(item.count for item in items if item.name == "gpu")

@@ -1,10 +1,14 @@
-"""GRES strings as Slurm 22.05 prints them, parsed into :class:`GresItem` records.
+"""GRES strings as Slurm prints them (22.05, 24.11, 26.05), parsed into :class:`GresItem` records,
+and the one writer of a GRES request in the spelling a version wants (:func:`format_tres`).
 
-Shapes handled (all seen on a real 22.05.8 cluster):
+Shapes handled (all seen on real 22.05.8, 24.11.5 and 26.05.5 clusters):
 
 * node/job GRES lists: ``gpu:g0:1,gpu:g1:1,shard:8``, ``gpu:g0:1(S:0)``
 * with indices: ``gpu:g1:1(IDX:1)``, ``shard:g2:1(IDX:2)``, ``gpu:g0:0(IDX:N/A)``, ``gpu:2(IDX:0-1,3)``
-* request strings with the ``gres:`` prefix: ``gres:gpu:g1:1,gres:gpu:g3:1``, ``gres:gpu:2``
+* with per-GPU use by position (24.11+ for shards): a job's ``shard:1(0/2,1/2)`` (one of the
+  second GPU's two shards: GPU 1), a node's ``shard:g1:1(1/2)`` (the type names the GPU)
+* request strings with the ``gres:`` (22.05) or ``gres/`` (later) prefix: ``gres:gpu:g1:1,gres:gpu:g3:1``,
+  ``gres/gpu:2``
 * TRES strings: ``cpu=1,gres/gpu:g3=1,gres/gpu=1,mem=250M`` (see :func:`parse_tres_gres`)
 """
 
@@ -16,6 +20,8 @@ from ..errors import InputError
 from ..hostlist import split_outside
 
 _ITEM = re.compile(r"^(?P<body>[^()]+?)(?:\((?P<attrs>[^()]*)\))?$")
+_POSITIONS = re.compile(r"^\d+/\d+(?:,\d+/\d+)*$")
+_INDEX_TYPE = re.compile(r"^g(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -83,9 +89,10 @@ def parse_gres_item(text):
     match = _ITEM.match(text.strip())
     if not match:
         raise InputError(f"bad GRES entry {text!r}")
-    fields = match.group("body").split(":")
-    if fields[0] == "gres":
-        fields = fields[1:]
+    body = match.group("body")
+    if body.startswith(("gres:", "gres/")):  # a request: gres:gpu:1 (22.05), gres/gpu:1 (later)
+        body = body[len("gres:"):]
+    fields = body.split(":")
     if not fields or not fields[0]:
         raise InputError(f"bad GRES entry {text!r}")
     name, rest = fields[0], fields[1:]
@@ -107,7 +114,22 @@ def parse_gres_item(text):
     attrs = match.group("attrs") or ""
     if "IDX:" in attrs:
         indices = parse_index_list(attrs.split("IDX:", 1)[1])
+    elif _POSITIONS.match(attrs) and gres_type is None:
+        indices = positions_in_use(attrs)
     return GresItem(name, gres_type, count, indices)
+
+
+def positions_in_use(text):
+    """``0/2,1/2`` (per GPU: used/total, in the node's order) -> (1,): the positions in use.
+
+    Slurm 24.11+ prints a job's shards so. The position is the node's n-th shard record, which is
+    the GPU index where each GPU has one shard line in gres.conf (the shard binding's set-up)."""
+    used = []
+    for position, pair in enumerate(text.split(",")):
+        count, _, _total = pair.partition("/")
+        if int(count) > 0:
+            used.append(position)
+    return tuple(used)
 
 
 def parse_gres(text):
@@ -142,6 +164,36 @@ def typed_gpu_indices(items, name="gpu"):
     """
     indices = set()
     for item in items:
-        if item.name == name and item.count > 0 and item.type and re.fullmatch(r"g\d+", item.type):
-            indices.add(int(item.type[1:]))
+        index = type_index(item)
+        if item.name == name and item.count > 0 and index is not None:
+            indices.add(index)
     return tuple(sorted(indices))
+
+
+def type_index(item):
+    """The GPU index a per-GPU type names (``g2`` -> 2), else None."""
+    match = _INDEX_TYPE.match(item.type or "")
+    return int(match.group(1)) if match else None
+
+
+def held_indices(item):
+    """GPU indices an entry holds: its IDX or positions, else the index its per-GPU type names."""
+    if item.count <= 0:
+        return ()
+    if item.indices:
+        return item.indices
+    index = type_index(item)
+    return () if index is None else (index,)
+
+
+def spelling_of(tres, default="gres:"):
+    """The GRES prefix a ``tres_per_node`` request is spelled with (``gres:`` or ``gres/``), else ``default``."""
+    match = re.match(r"gres[:/]", tres or "")
+    return match.group(0) if match else default
+
+
+def format_tres(items, prefix):
+    """GresItems as a ``tres_per_node`` request in a version's spelling (``prefix``: ``gres:`` up to
+    22.05, ``gres/`` later; see SlurmVersion.gres_prefix): ``gres/shard:g2:1,gres/gpu:2``."""
+    return ",".join(prefix + (item.name if item.type is None else f"{item.name}:{item.type}") + f":{item.count}"
+                    for item in items)

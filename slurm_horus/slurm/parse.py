@@ -1,36 +1,29 @@
-"""Records from ``sinfo --json``, ``squeue --json`` and ``sacct --json`` of Slurm 22.05.
+"""Records from the ``--json`` output of ``sinfo``/``scontrol show nodes``, ``squeue`` and ``sacct``,
+of every supported Slurm (22.05, 24.11, 26.05; see :mod:`.version`).
 
-22.05 prints openapi v0.0.38 shapes (``dbv0.0.38`` for sacct). Only the fields slurm-horus uses are
-kept; the GRES fields become :class:`~slurm_horus.slurm.gres.GresItem` lists:
+:mod:`.openapi` has already unwrapped the newer format's numbers; what differs per version is read
+here, one reader per record:
 
-* sinfo: ``gres`` (``gpu:g0:1,...,shard:g0:2``) and ``gres_used`` with ``IDX``
-* squeue: ``tres_per_node`` (``gres:gpu:g2:1``) and ``gres_detail`` (``["gpu:g2:1(IDX:2)"]``, one
-  entry per allocated node)
-* sacct: ``tres.allocated``/``tres.requested`` entries ``{"type": "gres", "name": "gpu:g2", "count": 1}``
+* nodes: 22.05's ``sinfo --json`` lists nodes one by one; later versions group them there, and
+  ``scontrol --json show nodes`` lists them (same fields). ``state`` is ``"idle"`` plus
+  ``state_flags`` in 22.05, ``["IDLE", "DRAIN"]`` later; ``features`` a string or a list.
+  ``gres`` (``gpu:g0:1,...,shard:g0:2``) and ``gres_used`` (``IDX`` in 22.05, ``(1/2)`` for shards later)
+* squeue: ``job_state`` a string or a list; ``tres_per_node`` (``gres:gpu:g2:1`` / ``gres/gpu:g2:1``)
+  and ``gres_detail`` (``["gpu:g2:1(IDX:2)"]``, one entry per allocated node; a shard is
+  ``shard:1(IDX:1)`` in 22.05, ``shard:1(0/2,1/2)`` later)
+* sacct: ``tres.allocated``/``tres.requested`` entries ``{"type": "gres", "name": "gpu:g2", "count": 1}``;
+  ``state.current`` a string or a list
 """
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from ..errors import InputError
-from .gres import GresItem, parse_gres, typed_gpu_indices
+from .acct import read_sacct_json
+from .gres import GresItem, held_indices, parse_gres, typed_gpu_indices
 from ..hostlist import expand_hostlist
-
-
-def _load(text, command, key):
-    try:
-        data = json.loads(text) if isinstance(text, (str, bytes)) else text
-    except ValueError as exc:
-        raise InputError(f"{command} --json: not JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get(key), list):
-        raise InputError(f"{command} --json: no {key!r} list in the output")
-    errors = [e for e in data.get("errors") or [] if e]
-    if errors:
-        raise InputError(f"{command} --json reported errors: {errors}")
-    return data[key]
-
+from .openapi import document_version, job_state, loads, text_list, whole, words
 
 def _gres_field(record, key, command):
     try:
@@ -59,31 +52,51 @@ class NodeInfo:
         """GPU indices held by jobs, whole GPUs and shards alike."""
         used = set()
         for item in self.gres_used:
-            if item.name in ("gpu", "shard") and item.count > 0:
-                used.update(item.indices)
+            if item.name in ("gpu", "shard"):
+                used.update(held_indices(item))
         return tuple(sorted(used))
 
 
-def parse_sinfo(text):
-    """``sinfo --json`` output -> [NodeInfo]."""
+def nodes_are_grouped(doc):
+    """True for a newer ``sinfo --json`` document, which groups nodes (read ``scontrol --json show nodes``)."""
+    return isinstance(doc, dict) and "sinfo" in doc and "nodes" not in doc
+
+
+def parse_sinfo(text, command="sinfo"):
+    """``sinfo --json`` (22.05) or ``scontrol --json show nodes`` output -> [NodeInfo]."""
+    return nodes_from_doc(loads(text, command), command)
+
+
+def nodes_from_doc(doc, command):
+    """A loaded (:func:`.openapi.loads`) nodes document -> [NodeInfo]."""
+    if nodes_are_grouped(doc):
+        version = document_version(doc)
+        raise InputError(f"{command} --json of Slurm {version or '(unknown)'} groups nodes: "
+                         "read them with scontrol --json show nodes")
+    if not isinstance(doc.get("nodes"), list):
+        raise InputError(f"{command} --json: no 'nodes' list in the output")
     nodes = []
-    for record in _load(text, "sinfo", "nodes"):
+    for record in doc["nodes"]:
+        state = words(record.get("state"))
         nodes.append(NodeInfo(
             name=record["name"],
-            state=record.get("state", ""),
-            state_flags=tuple(record.get("state_flags") or ()),
-            cpus=int(record.get("cpus") or 0),
-            alloc_cpus=int(record.get("alloc_cpus") or 0),
-            real_memory=int(record.get("real_memory") or 0),
-            alloc_memory=int(record.get("alloc_memory") or 0),
+            state=state[0].lower() if state else "",
+            state_flags=tuple(record.get("state_flags") or ()) + tuple(f.upper() for f in state[1:]),
+            cpus=whole(record.get("cpus")) or 0,
+            alloc_cpus=whole(record.get("alloc_cpus")) or 0,
+            real_memory=whole(record.get("real_memory")) or 0,
+            alloc_memory=whole(record.get("alloc_memory")) or 0,
             partitions=tuple(record.get("partitions") or ()),
-            gres=_gres_field(record, "gres", "sinfo"),
-            gres_used=_gres_field(record, "gres_used", "sinfo"),
-            features=tuple(f for f in (record.get("active_features") or record.get("features") or "").split(",") if f),
+            gres=_gres_field(record, "gres", command),
+            gres_used=_gres_field(record, "gres_used", command),
+            features=text_list(record.get("active_features") or record.get("features")),
             address=str(record.get("address") or ""),
             hostname=str(record.get("hostname") or ""),
         ))
     return nodes
+
+
+parse_nodes = parse_sinfo
 
 
 @dataclass(frozen=True)
@@ -117,11 +130,11 @@ class QueueJob:
 
     def gpu_indices(self):
         """Indices of whole GPUs held (from gres_detail's IDX)."""
-        return tuple(sorted({i for g in self.gres_allocated if g.name == "gpu" and g.count > 0 for i in g.indices}))
+        return tuple(sorted({i for g in self.gres_allocated if g.name == "gpu" for i in held_indices(g)}))
 
     def shard_gpu_indices(self):
-        """Indices of the GPUs whose shards the job holds."""
-        return tuple(sorted({i for g in self.gres_allocated if g.name == "shard" and g.count > 0 for i in g.indices}))
+        """Indices of the GPUs whose shards the job holds (IDX in 22.05, positions later)."""
+        return tuple(sorted({i for g in self.gres_allocated if g.name == "shard" for i in held_indices(g)}))
 
 
 def array_task_count(task_string, max_running=0):
@@ -142,8 +155,13 @@ def array_task_count(task_string, max_running=0):
 
 def parse_squeue(text):
     """``squeue --json`` output -> [QueueJob]."""
+    return jobs_from_doc(loads(text, "squeue", "jobs"))
+
+
+def jobs_from_doc(doc):
+    """A loaded ``squeue --json`` document -> [QueueJob]."""
     jobs = []
-    for record in _load(text, "squeue", "jobs"):
+    for record in doc["jobs"]:
         allocated = []
         for detail in record.get("gres_detail") or []:
             allocated.extend(_gres_field({"gres_detail": detail, "job_id": record.get("job_id")},
@@ -151,25 +169,25 @@ def parse_squeue(text):
         jobs.append(QueueJob(
             job_id=int(record["job_id"]),
             name=record.get("name", ""),
-            state=record.get("job_state", ""),
+            state=job_state(record.get("job_state")),
             user=record.get("user_name", ""),
-            nodes=record.get("nodes", ""),
-            required_nodes=record.get("required_nodes", ""),
-            partition=record.get("partition", ""),
-            tres_per_node=record.get("tres_per_node", ""),
-            comment=record.get("comment", ""),
-            admin_comment=record.get("admin_comment", ""),
-            submit_time=int(record.get("submit_time") or 0),
-            start_time=int(record.get("start_time") or 0),
+            nodes=record.get("nodes") or "",
+            required_nodes=record.get("required_nodes") or "",
+            partition=record.get("partition") or "",
+            tres_per_node=record.get("tres_per_node") or "",
+            comment=record.get("comment") or "",
+            admin_comment=record.get("admin_comment") or "",
+            submit_time=whole(record.get("submit_time")) or 0,
+            start_time=whole(record.get("start_time")) or 0,
             gres_requested=_gres_field(record, "tres_per_node", "squeue"),
             gres_allocated=allocated,
             state_reason=str(record.get("state_reason") or ""),
-            end_time=int(record.get("end_time") or 0),
-            time_limit=int(record.get("time_limit") or 0),
+            end_time=whole(record.get("end_time")) or 0,
+            time_limit=whole(record.get("time_limit")) or 0,  # 0: unset or infinite
             gres_detail=tuple(record.get("gres_detail") or ()),
-            node_count=int(record.get("node_count") or 1),
+            node_count=whole(record.get("node_count")) or 1,
             tres_per_job=record.get("tres_per_job") or "",
-            tasks=array_task_count(record.get("array_task_string"), record.get("array_max_tasks") or 0)
+            tasks=array_task_count(record.get("array_task_string"), whole(record.get("array_max_tasks")) or 0)
             if record.get("array_task_string") else 1,
         ))
     return jobs
@@ -201,41 +219,17 @@ class AcctJob:
         return {(g.name if g.type is None else f"{g.name}:{g.type}"): g.count for g in self.gres_allocated}
 
 
-def _tres_gres(entries):
-    items = []
-    for entry in entries or []:
-        if entry.get("type") != "gres" or not entry.get("name"):
-            continue
-        name, _, gres_type = entry["name"].partition(":")
-        items.append(GresItem(name, gres_type or None, int(entry.get("count") or 0)))
-    return items
-
-
 def parse_sacct(text):
-    """``sacct --json`` output -> [AcctJob] (job records; steps are left out)."""
-    jobs = []
-    for record in _load(text, "sacct", "jobs"):
-        times = record.get("time") or {}
-        tres = record.get("tres") or {}
-        comment = record.get("comment") or {}
-        exit_code = (record.get("exit_code") or {}).get("return_code")
-        jobs.append(AcctJob(
-            job_id=int(record["job_id"]),
-            name=record.get("name", ""),
-            state=(record.get("state") or {}).get("current", ""),
-            user=record.get("user", ""),
-            nodes=record.get("nodes", ""),
-            comment=comment.get("job"),
-            admin_comment=comment.get("administrator"),
-            submit_time=int(times.get("submission") or 0),
-            start_time=int(times.get("start") or 0),
-            end_time=int(times.get("end") or 0),
-            elapsed_s=int(times.get("elapsed") or 0),
-            exit_code=exit_code,
-            gres_allocated=_tres_gres(tres.get("allocated")),
-            gres_requested=_tres_gres(tres.get("requested")),
-        ))
-    return jobs
+    """``sacct --json`` output -> [AcctJob] (job records; steps are left out). Read by :mod:`.acct`."""
+    jobs, _steps = read_sacct_json(text)
+    return [AcctJob(
+        job_id=job["job_id"], name=job["name"] or "", state=job["state"], user=job["user"] or "",
+        nodes=job["nodes"] or "", comment=job["comment"], admin_comment=job["admin_comment"],
+        submit_time=job["submit_time"] or 0, start_time=job["start_time"] or 0, end_time=job["end_time"] or 0,
+        elapsed_s=job["elapsed_s"] or 0, exit_code=job["exit_code"],
+        gres_allocated=[GresItem(*entry) for entry in job["gres_entries"]],
+        gres_requested=[GresItem(*entry) for entry in job["req_gres_entries"]],
+    ) for job in jobs]
 
 
 @dataclass(frozen=True)
