@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from unittest import mock
 
 import pytest
 
@@ -34,16 +35,10 @@ echo "micro=$HORUS_MICRO_BATCH accum=$HORUS_GRAD_ACCUM"
 
 @pytest.fixture(scope="module")
 def cluster():
-    stray = os.environ.get("HORUS_CONFIG")
-    os.environ["HORUS_CONFIG"] = "/nonexistent/another-cluster/horus.conf"  # a caller's stray setting
-    try:
-        started = local_cluster(nodes=1, gpus=2, horus=True)
+    started = local_cluster(nodes=1, gpus=2, horus=True)
+    # started with a caller's stray setting, which slurmctld must not see
+    with mock.patch.dict(os.environ, {"HORUS_CONFIG": "/nonexistent/another-cluster/horus.conf"}):
         cluster = next(started)
-    finally:
-        if stray is None:
-            del os.environ["HORUS_CONFIG"]
-        else:
-            os.environ["HORUS_CONFIG"] = stray
     yield cluster
     next(started, None)
 

@@ -25,9 +25,9 @@ NAMES = ("HORUS_MICRO_BATCH", "HORUS_GRAD_ACCUM")
 def sub_batching_of(job_id, environ, read_queue=squeue):
     """(micro_batch, grad_accum) for the job, or None when it runs as submitted: the environment
     first (set at submission), else the job's token (placed from horusd's queue)."""
-    micro, accum = environ.get(NAMES[0], ""), environ.get(NAMES[1], "1")
-    if micro.isdigit() and accum.isdigit() and int(micro) > 0 and int(accum) > 0:
-        return int(micro), int(accum)
+    found = sub_batching({"micro_batch": environ.get(NAMES[0], ""), "grad_accum": environ.get(NAMES[1], "1")})
+    if found:
+        return found
     jobs = [j for j in read_queue(job_ids=[job_id]) if str(j.job_id) == str(job_id)]
     if not jobs:
         return None

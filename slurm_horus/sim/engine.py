@@ -409,12 +409,9 @@ class Simulator:
         self.done += 1
         # what sacct tells a live site: how long it ran (slowed down when it shared); "limit": nothing
         # learned (a horusd whose history store holds no run times yet, as in a short replay)
-        if self.options.durations == "limit":
-            pass
-        elif self.estimates is not None:
-            self.estimates.observe(job.req.user, job.req.job_class, job.run_time)
-        else:
-            self.estimator.observe(job.req.user, job.req.job_class, job.run_time)
+        if self.options.durations != "limit":
+            learner = self.estimates if self.estimates is not None else self.estimator
+            learner.observe(job.req.user, job.req.job_class, job.run_time)
         self._refresh(others)
         if self.ext is not None:
             self.ext.finished(job, gpus)
