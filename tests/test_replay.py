@@ -191,3 +191,21 @@ def _is_collector_of(pid, clusters):
             f"/proc/{pid}/cmdline").read_text()
     except OSError:
         return False
+
+
+def test_the_replays_simulator_is_told_horusds_slowdown_limit(monkeypatch):
+    """horusd's cycle refuses pairs over slowdown_limit (1.5 by default, as the replay runs it): the
+    simulator beside a horusd run must apply the same limit, plain Slurm none."""
+    import slurm_horus.sim.run as sim_run
+    from slurm_horus.replay import run as replay_run
+
+    seen = {}
+    monkeypatch.setattr(sim_run, "run_policies", lambda jobs, groups, truth, policies, **kw:
+                        seen.setdefault(policies[0], kw["options"]) and [None])
+    setup = replay_run.ReplaySetup.__new__(replay_run.ReplaySetup)
+    setup.__dict__.update(nodes=1, gpus=2, gpu_type="v100", oom_penalty=0.0, speedup=100.0, jobs=[],
+                          truth=None, knowledge=replay_run.KNOWLEDGE)
+    for policy in ("slurm-default", "horus"):
+        replay_run.run_sim(setup, policy)
+    assert seen["slurm-default"].max_slowdown is None and seen["horus"].max_slowdown == 1.5
+    assert seen["horus"].durations == "limit"

@@ -369,9 +369,14 @@ def run_sim(setup: ReplaySetup, policy: str, cadence: Optional[LiveCadence] = No
 
     cadence = cadence_of(policy) if cadence is None else cadence
     groups = parse_cluster(f"{setup.nodes}x{setup.gpus}:{setup.gpu_type}")
+    from ..config import SETTINGS
+
+    # horusd's cycle refuses a pair predicted over its slowdown_limit (the replay runs it with the
+    # defaults); plain Slurm has no such limit
+    limit = None if policy == "slurm-default" else SETTINGS["slowdown_limit"].default
     options = SimOptions(oom_penalty=setup.oom_penalty, durations=setup.knowledge.durations,
                          end_to_cycle_s=cadence.end_to_cycle_s * setup.speedup,
-                         launch_s=cadence.launch_s * setup.speedup)
+                         launch_s=cadence.launch_s * setup.speedup, max_slowdown=limit)
     jobs = [copy.copy(j) for j in setup.jobs]
     return run_policies(jobs, groups, setup.truth, [policy], holdout=setup.knowledge.holdout, options=options,
                         max_jobs_per_gpu=2)[0]
