@@ -300,7 +300,7 @@ function horus.find_offer(text, job_class, now, conf, spent, awaiting)
   local header, rest = string.match(text, "^([^\n]*)\n(.*)$")
   if not header then return nil, "no offers" end
   local version = string.match(header, "^version=(%d+);")
-  local generated = tonumber(string.match(header, ";generated=(%d+%.?%d*)$") or "")
+  local generated = horus.offers_generated(header)
   if not version or not generated then return nil, "malformed offers" end
   if now - generated > conf.max_offer_age_s then return nil, "stale offers" end
   if tonumber(version) <= (spent or 0) then return nil, "offers spent" end
@@ -568,10 +568,26 @@ end
 -- holds its job lock; after breaker_timeouts asks in a row timed out, nothing is asked for
 -- breaker_open_s seconds (jobs go through unchanged), then one ask tries again: an answer closes
 -- the breaker, another timeout opens it for twice as long (up to breaker_max_open_s). Errors that
--- cost no time (no socket, connection refused) do not count. ``breaker`` is {timeouts, open_s, until}.
-function horus.breaker_allows(breaker, now)
-  if breaker.until_s ~= nil and now < breaker.until_s then return false, "circuit open" end
+-- cost no time (no socket, connection refused) do not count. ``breaker`` is {timeouts, open_s,
+-- until_s, asked_at}. The try is made only while horusd shows signs of life: ``heartbeat`` is the
+-- time its offers header was written (horusd rewrites it every second; nil when there is no such
+-- file, and then the try is made); a stale one means horusd is stopped or hung, and the try would
+-- only cost the deadline again, so it waits, but never longer than breaker_max_open_s since the
+-- last ask. A horusd that comes back is asked within a second of its next heartbeat.
+function horus.breaker_allows(breaker, now, heartbeat, conf)
+  if breaker.until_s == nil then return true end
+  if now < breaker.until_s then return false, "circuit open" end
+  if heartbeat ~= nil and conf ~= nil and now - heartbeat > conf.max_offer_age_s
+      and now - (breaker.asked_at or 0) < conf.breaker_max_open_s then
+    return false, "circuit open: horusd silent"
+  end
   return true
+end
+
+-- When horusd last wrote its offers file (its header's generated=), or nil.
+function horus.offers_generated(text)
+  if type(text) ~= "string" then return nil end
+  return tonumber(string.match(string.match(text, "^[^\n]*"), ";generated=(%d+%.?%d*)$") or "")
 end
 
 function horus.is_timeout(err)
@@ -604,8 +620,13 @@ end
 
 -- Ask horusd and return its reply line (or nil and why), unless the breaker is open.
 function horus.ask(conf, line)
-  local allowed, why = horus.breaker_allows(breaker, clock())
+  local now, heartbeat = clock(), nil
+  if breaker.until_s ~= nil and now >= breaker.until_s then -- half open: is horusd alive?
+    heartbeat = horus.offers_generated(read_file(conf.socket .. ".offers"))
+  end
+  local allowed, why = horus.breaker_allows(breaker, now, heartbeat, conf)
   if not allowed then return nil, why end
+  breaker.asked_at = now
   local reply, err = over_connection(conf, line, true)
   horus.breaker_after(breaker, reply == nil and horus.is_timeout(err), clock(), conf)
   return reply, err

@@ -212,6 +212,34 @@ def test_a_hung_horusd_trips_the_circuit_breaker_in_real_lua(paths, tmp_path):
             os.unlink(sock)
 
 
+def test_a_breaker_waits_while_horusd_writes_no_heartbeat_in_real_lua(paths, tmp_path):
+    """The same hung horusd, but its offers file was last written long ago: past the pause, the
+    try is not made (it would cost the deadline again); written just now, it is."""
+    script, _driver, sock = paths
+    driver = tmp_path / "breaker.lua"
+    driver.write_text(BREAKER_DRIVER)
+    hung = subprocess.Popen([sys.executable, "-c", HUNG_HORUSD, sock], stdout=subprocess.PIPE, text=True)
+    offers = sock + ".offers"
+    try:
+        assert hung.stdout.readline() == "listening\n"
+        results = {}
+        for label, age in (("stale", 100.0), ("fresh", -30.0)):  # fresh: still fresh 30 s from now
+            with open(offers, "w") as out:
+                out.write("version=5;claimed=;generated=%.3f\n" % (time.time() - age))
+            run = subprocess.run([LUA, str(driver), script, sock], capture_output=True, text=True, timeout=30)
+            assert run.returncode == 0, run.stderr
+            results[label] = run.stdout.splitlines()
+        burst = ["burst receive: timeout"] * 3 + ["burst circuit open"] * 5
+        assert results["stale"] == burst + ["later circuit open: horusd silent"] * 2, results
+        assert results["fresh"] == burst + ["later receive: timeout", "later circuit open"], results
+    finally:
+        hung.kill()
+        hung.wait(10)
+        for path in (sock, offers):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 CLOCK = r"""
 slurm = {SUCCESS = 0, log_info = function() end}
 dofile(arg[1])

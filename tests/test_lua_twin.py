@@ -594,23 +594,25 @@ def test_offer_fits_means_what_it_says():
 
 # ---- the circuit breaker (issue 15): a hung horusd must not cost every submission the deadline --
 def run_breaker(allows, after, new, steps, conf):
-    """Drive a breaker through ``steps`` [(time, timed out?)]: asks only when allowed. Returns
-    ([allowed?], final breaker as a dict)."""
+    """Drive a breaker through ``steps`` [(time, timed out?, heartbeat age or None)]: asks only when
+    allowed, noting when (as ``horus.ask`` does). Returns ([allowed?], final breaker as a dict)."""
     breaker, allowed = new(), []
-    for now, timed_out in steps:
-        ok, _why = pair(allows(breaker, now))
+    for now, timed_out, age in steps:
+        ok, _why = pair(allows(breaker, now, None if age is None else now - age, conf))
         allowed.append(bool(ok))
         if ok:
+            breaker["asked_at"] = now
             after(breaker, timed_out, now)
     return allowed, breaker
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 30, allow_nan=False), st.booleans()), max_size=40),
+@given(st.lists(st.tuples(st.floats(0, 30, allow_nan=False), st.booleans(),
+                          st.one_of(st.none(), st.floats(0, 90, allow_nan=False))), max_size=40),
        st.sampled_from(CONFIGS[:1] + ["breaker_timeouts = 1\nbreaker_open_s = 0.5\nbreaker_max_open_s = 2\n"]))
 def test_breaker_twin_property(lua, steps, config_text):
     horus = lua.globals().HORUS
-    steps = [(sum(s[0] for s in steps[:i + 1]), s[1]) for i, s in enumerate(steps)]  # times only grow
+    steps = [(sum(s[0] for s in steps[:i + 1]), s[1], s[2]) for i, s in enumerate(steps)]  # times only grow
     lua_conf, py_conf = horus.parse_config(config_text), lua_twin.parse_config(config_text)
     lua_allowed, lua_breaker = run_breaker(horus.breaker_allows,
                                            lambda b, t, now: horus.breaker_after(b, t, now, lua_conf),
@@ -644,6 +646,31 @@ def test_breaker_means_what_it_says():
     lua_twin.breaker_after(breaker, False, 16.1, conf)  # a refused connection costs nothing: no count
     lua_twin.breaker_after(breaker, True, 16.2, conf)
     assert lua_twin.breaker_allows(breaker, 16.3)[0]
+
+
+def test_breaker_waits_for_a_heartbeat_before_trying_again():
+    """Past the pause, a stopped horusd (its offers header not rewritten for longer than
+    max_offer_age_s) is not tried, so no submission pays the deadline for it, except once per
+    breaker_max_open_s; a fresh header (horusd back) or none at all (no offers file) lets the try through."""
+    conf = lua_twin.parse_config("")  # 3 timeouts, then 5 s; max_offer_age_s 3; at most 60 s
+    breaker = {"timeouts": 0}
+    for now in (0.0, 0.1, 0.2):
+        breaker["asked_at"] = now
+        lua_twin.breaker_after(breaker, True, now, conf)
+    assert lua_twin.breaker_allows(breaker, 6.0, 0.0, conf) == (False, "circuit open: horusd silent")
+    assert lua_twin.breaker_allows(breaker, 59.0, 0.0, conf)[0] is False
+    assert lua_twin.breaker_allows(breaker, 60.3, 0.0, conf) == (True, None)  # once a minute whatever
+    assert lua_twin.breaker_allows(breaker, 6.0, 5.5, conf) == (True, None)  # horusd wrote 0.5 s ago
+    assert lua_twin.breaker_allows(breaker, 6.0, None, conf) == (True, None)  # no offers file: try
+    assert lua_twin.breaker_allows(breaker, 3.0, 2.9, conf) == (False, "circuit open")  # the pause holds
+    assert lua_twin.breaker_allows({"timeouts": 1}, 6.0, 0.0, conf) == (True, None)  # closed: ask
+
+
+@pytest.mark.parametrize("text", [None, "", "version=5;claimed=;generated=1700000000.25\nc\tx=1\n",
+                                  "version=5;claimed=;generated=17\n", "version=5;claimed=;generated=x\n",
+                                  "version=5;claimed=;generated=12.\n", "junk", "generated=3\n;generated=4"])
+def test_offers_generated_twin(lua, text):
+    assert lua.globals().HORUS.offers_generated(text) == lua_twin.offers_generated(text)
 
 
 def test_apply_twin_sub_batching_reaches_the_environment(lua):

@@ -340,12 +340,27 @@ def append_token(job, reply):
     return _add_token(job, token)
 
 
-def breaker_allows(breaker, now):
+def breaker_allows(breaker, now, heartbeat=None, conf=None):
     """(True, None), or (False, why) while the circuit breaker is open (``breaker``: a dict with
-    ``timeouts``, and ``open_s`` and ``until_s`` while open)."""
-    if breaker.get("until_s") is not None and now < breaker["until_s"]:
+    ``timeouts``, ``open_s`` and ``until_s`` while open, ``asked_at``). Past the open period, the
+    try waits while ``heartbeat`` (when horusd last wrote its offers header) is stale, but never
+    longer than ``breaker_max_open_s`` since the last ask."""
+    if breaker.get("until_s") is None:
+        return True, None
+    if now < breaker["until_s"]:
         return False, "circuit open"
+    if (heartbeat is not None and conf is not None and now - heartbeat > conf["max_offer_age_s"]
+            and now - breaker.get("asked_at", 0) < conf["breaker_max_open_s"]):
+        return False, "circuit open: horusd silent"
     return True, None
+
+
+def offers_generated(text):
+    """When horusd last wrote its offers file (its header's ``generated=``), or None."""
+    if not isinstance(text, str):
+        return None
+    found = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", text.split("\n", 1)[0])
+    return float(found.group(1)) if found else None
 
 
 def is_timeout(err):
@@ -380,8 +395,7 @@ def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
         return None, "no offers"
     version = re.match(r"^version=([0-9]+);", header)
     version = version.group(1) if version else None
-    generated = re.search(r";generated=([0-9]+\.?[0-9]*)\Z", header)
-    generated = float(generated.group(1)) if generated else None
+    generated = offers_generated(header)
     if version is None or generated is None:
         return None, "malformed offers"
     if now - generated > conf["max_offer_age_s"]:
