@@ -223,3 +223,43 @@ def test_the_slowdown_limit_keeps_a_pair_predicted_too_slow_waiting():
     assert capped.started == [] and capped.tried == 1 and "over the limit" in capped.waiting["a"]
     uncapped = run_cycle(state, policy, queue, 0.0, placer(state, policy)[0])
     assert [r.job_id for r, _d in uncapped.started] == ["a"]
+
+
+def test_a_geometry_that_cannot_fit_is_passed_over_whatever_the_class():
+    """Two nodes with one free GPU each: a 2-GPU job cannot start, and no other 2-GPU job is asked
+    about (nor counted toward the queue depth), whatever its class; the 1-GPU jobs behind start. An
+    exclusive policy walks only the jobs that may fit, and after a start walks on from there."""
+    for policy in (SlurmDefault(), SJF()):
+        state = cluster(nodes=2, gpus=2)
+        state.place(RunningJob("x", "a", (0,), 0.0, 10.0, exclusive=True))
+        state.place(RunningJob("y", "a", (2,), 0.0, 10.0, exclusive=True))
+        queue = PendingQueue(policy)
+        for k in range(6):
+            queue.add(req(f"big{k}", gpus=2, submit=k, cls=f"class{k}"))
+        queue.add(req("four", gpus=4, submit=6))
+        queue.add(req("s1", submit=7))
+        queue.add(req("s2", submit=8))
+        start, order = placer(state, policy)
+        result = run_cycle(state, policy, queue, 0.0, start, options=CycleOptions(queue_depth=3))
+        assert order == ["s1", "s2"] and result.tried == 3, policy.name
+        assert list(result.waiting) == ["big0"]
+        assert result.examined == 3  # big0, s1, s2: the 4-GPU job and big1..big5 were never walked
+        assert [r.job_id for r in queue] == [f"big{k}" for k in range(6)] + ["four"]
+
+
+def test_pending_queue_retime_and_snapshot_copy_on_write():
+    queue = PendingQueue(SJF())
+    for job_id, duration in (("a", 10), ("b", 20), ("c", 30)):
+        queue.add(req(job_id, duration))
+    keys = queue.snapshot()
+    before = list(keys)
+    queue.retime(queue.get("a"), 40.0)  # the snapshot a cycle walks does not change under it
+    assert keys == before and [r.job_id for r in queue] == ["b", "c", "a"]
+    assert queue.work == pytest.approx(20 + 30 + 40)
+    queue.end_snapshot()
+    fifo = PendingQueue(SlurmDefault())
+    fifo.add(req("a", 10, submit=1))
+    fifo.add(req("b", 20, submit=2))
+    fifo.retime(fifo.get("a"), 50.0)  # FIFO: the order stays, the totals follow
+    assert [r.job_id for r in fifo] == ["a", "b"] and fifo.work == pytest.approx(70.0)
+    assert fifo.get("a").predicted_duration == 50.0

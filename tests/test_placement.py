@@ -477,6 +477,34 @@ def test_horus_quick_decision_is_the_pipelines(options):
     assert seen >= {(True, True), (True, False), (False, False)}  # every kind of answer was compared
 
 
+def test_sjf_bsbf_quick_decision_is_the_pipelines():
+    """sjf-bsbf's shortcut (a 1-GPU job takes the first free GPU) gives exactly the pipeline's
+    decision: random loaded clusters with and without free GPUs, 1- and 2-GPU jobs, partitions."""
+    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
+
+    rng = np.random.default_rng(11)
+    classes = [f"k{i}" for i in range(6)]
+    values = {(a, b): float(rng.choice([0.0, 0.4, 0.6, 0.8, 0.95])) for a in classes for b in classes}
+    seen = set()
+    for trial in range(40):
+        state = cluster(4, 4, partitions=("p",) if trial % 3 else ("p", "q"))
+        policy = SJFBSBF(PairTable(TablePredictor(values), state.classes))
+        for g in rng.permutation(16)[:int(rng.integers(10, 17))]:
+            state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (int(g),), 0.0, float(rng.uniform(50, 9000)),
+                                   exclusive=bool(rng.random() < 0.1)))
+        ctx = SchedulingContext(100.0, 20, 20)
+        for k in range(6):
+            req = JobRequest(f"n{k}", str(rng.choice(classes)), gpus_per_node=int(rng.choice([1, 1, 2])),
+                             predicted_duration=float(rng.choice([30, 600, 20000])),
+                             partition=str(rng.choice(["", "p", "q"])))
+            quick = policy.decide(state, req, ctx)
+            full = policy.decide(state, req, ctx, explain=True)  # explain: never the shortcut
+            full.candidates = []
+            assert quick.to_dict() == full.to_dict(), (trial, k)
+            seen.add((quick.placed, quick.shared, req.n_gpus == 1 and quick.placed and not quick.shared))
+    assert {(True, False, True), (True, True, False), (False, False, False)} <= seen
+
+
 def test_horus_quick_decision_breaks_a_tie_with_a_free_gpu_like_the_pipeline():
     """A pair scoring exactly a free GPU's 1.0 on a lower GPU wins (first of the highest), both ways."""
     from slurm_horus.placement.framework import Policy

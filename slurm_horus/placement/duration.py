@@ -200,9 +200,11 @@ class QueueEstimates:
     same without re-estimating the whole queue at every end: each waiting job is indexed by the
     history key its estimate came from and the more specific ones; a finished job changes only its
     own user+class, class, user and site keys, so only the jobs indexed there (and those still on a
-    fallback) are estimated again. A job whose estimate changes is taken out of ``queue`` and put back (its queue position
-    depends on it). ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue` (``add``,
-    ``remove``, ``get``); jobs the queue no longer holds (they started) are dropped lazily.
+    fallback) are estimated again. Jobs of one user, class and time limit always carry the same
+    estimate, so they are indexed and estimated as one group (one estimate per group, not per job);
+    a group whose estimate changes hands it to its waiting jobs through ``queue.retime`` (their queue
+    position may depend on it). ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue`
+    (``add``, ``get``, ``retime``); jobs the queue no longer holds (they started) are dropped lazily.
     """
 
     FALLBACK = ("fallback",)
@@ -210,23 +212,28 @@ class QueueEstimates:
     def __init__(self, estimator: DurationEstimator, queue):
         self.estimator = estimator
         self.queue = queue
-        self._by_key: Dict[tuple, set] = {}
+        # jobs of one (user, class, time limit) always share an estimate: they are estimated as one
+        # group, and the history keys index groups, not jobs
+        self._groups: Dict[tuple, set] = {}  # group -> ids of its jobs (some may have left the queue)
+        self._seconds: Dict[tuple, float] = {}  # group -> the estimate all its waiting jobs carry
+        self._by_key: Dict[tuple, set] = {}  # history key -> groups whose estimate it may change
 
-    def _index(self, req, source: str, only=None):
-        """File the job under the key its estimate came from and every more specific one (a run
+    def _index(self, group: tuple, source: str, only=None):
+        """File the group under the key its estimate came from and every more specific one (a run
         there, even another user's, would change it); a fallback under FALLBACK (any run does).
         ``only``: the one key to file it under again (its estimate still comes from the same level)."""
         by_key = self._by_key
         if only is not None:
-            by_key.setdefault(only, set()).add(req.job_id)
+            by_key.setdefault(only, set()).add(group)
             return
         if source not in LEVELS:
-            by_key.setdefault(self.FALLBACK, set()).add(req.job_id)
+            by_key.setdefault(self.FALLBACK, set()).add(group)
             return
+        user, job_class = group[0], group[1]
         for level in self.estimator.settings.levels:
-            key = _key(level, req.user or "", req.job_class or "")
+            key = _key(level, user, job_class)
             if key is not None:
-                by_key.setdefault(key, set()).add(req.job_id)
+                by_key.setdefault(key, set()).add(group)
             if level == source:
                 return
 
@@ -235,35 +242,61 @@ class QueueEstimates:
         seconds, source = self.estimator.seconds(req.user, req.job_class, req.time_limit)
         req.predicted_duration = seconds  # before queueing: the queue keys on it
         self.queue.add(req)
-        self._index(req, source)
+        group = (req.user or "", req.job_class or "", req.time_limit)
+        members = self._groups.get(group)
+        if members is None:
+            members = self._groups[group] = set()
+        elif self._seconds[group] != seconds:  # (never: the group is re-estimated whenever it may change)
+            self._retime(group, members, seconds)
+        members.add(req.job_id)
+        self._seconds[group] = seconds
+        self._index(group, source)
         return seconds
+
+    def _retime(self, group: tuple, members: set, seconds: float) -> int:
+        """Give the group's waiting jobs the estimate ``seconds``; forget those that left the queue."""
+        queue, moved, gone = self.queue, 0, []
+        for job_id in sorted(members):  # sorted: the same order on every run
+            req = queue.get(job_id)
+            if req is None:
+                gone.append(job_id)  # started meanwhile
+            elif seconds != req.predicted_duration:
+                queue.retime(req, seconds)
+                moved += 1
+        members.difference_update(gone)
+        self._seconds[group] = seconds
+        return moved
 
     def observe(self, user: str, job_class: str, run_time: float) -> int:
         """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
-        estimator, queue = self.estimator, self.queue
+        estimator = self.estimator
         estimator.observe(user, job_class, run_time)
         keys = [_key(level, user or "", job_class or "") for level in estimator.settings.levels]
         keys = [k for k in keys if k is not None] + [self.FALLBACK]
         moved = 0
         for key in keys:
-            ids = self._by_key.pop(key, None)
-            for job_id in sorted(ids or ()):  # sorted: the same order on every run
-                req = queue.get(job_id)
-                if req is None:
-                    continue  # started meanwhile
-                seconds, source = estimator.seconds(req.user, req.job_class, req.time_limit)
-                if seconds != req.predicted_duration:
-                    queue.remove(job_id)
-                    req.predicted_duration = seconds
-                    queue.add(req)
-                    moved += 1
+            groups = self._by_key.pop(key, None)
+            for group in sorted(groups or (), key=_group_order):  # sorted: the same order on every run
+                members = self._groups.get(group)
+                if members is None:
+                    continue  # dropped: none of its jobs waits
+                seconds, source = estimator.seconds(group[0], group[1], group[2])
+                if seconds != self._seconds[group]:
+                    moved += self._retime(group, members, seconds)
+                    if not members:
+                        del self._groups[group], self._seconds[group]
+                        continue
                 # filed under the other keys already, unless it now rests on another level
-                self._index(req, source, only=key if key == _source_key(source, req) else None)
+                self._index(group, source, only=key if key == _source_key(source, group) else None)
         return moved
 
 
-def _source_key(source: str, req):
-    return _key(source, req.user or "", req.job_class or "") if source in LEVELS else QueueEstimates.FALLBACK
+def _group_order(group: tuple):
+    return (group[0], group[1], -1.0 if group[2] is None else float(group[2]))
+
+
+def _source_key(source: str, group: tuple):
+    return _key(source, group[0], group[1]) if source in LEVELS else QueueEstimates.FALLBACK
 
 
 def _median(values: List[float]) -> float:

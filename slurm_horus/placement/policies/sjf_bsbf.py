@@ -121,6 +121,18 @@ class SJFBSBF(SJFMixin, Policy):
                     self._variant_of_gpu[int(g)] = (micro, accum, variant)
         cycle.job_tput, cycle.res_tput = job_tput, res_tput
 
+    def decide_quickly(self, cycle):
+        """A 1-GPU job with a free feasible GPU takes the first one (a free GPU scores above any
+        pair, first fit among them): the pipeline's answer without computing T_con on every shared
+        GPU. Held equal to the pipeline by tests/test_placement.py."""
+        if cycle.req.n_gpus != 1:
+            return None
+        free = cycle.state.gpu_class0[cycle.idx] < 0
+        if not free.any():
+            return None
+        self._variant_of_gpu = {}
+        return self._decision_at(cycle, [int(np.argmax(free))])
+
     def score_gpus(self, cycle):
         free = cycle.free
         score = np.full(len(cycle.idx), NEG_INF)
