@@ -190,6 +190,12 @@ class PendingQueue:
                     lists.append(map(keys.__getitem__, range(first, len(keys))))
         return lists[0] if len(lists) == 1 else heapq.merge(*lists)
 
+    def largest(self, max_size: int) -> int:
+        """The most GPUs a waiting job's geometry asks for, among those asking for at most ``max_size``
+        (removed jobs not yet flushed may count)."""
+        return max((per_node * nodes for (per_node, nodes), keys in self._by_size.items()
+                    if keys and per_node * nodes <= max_size), default=0)
+
     def end_snapshot(self):
         """The cycle that read the last snapshot is done with it."""
         self._lent = False
@@ -370,6 +376,7 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     prune = not reclaiming and not explain
     width = state.node_gpu_table.shape[1]
     room_version = state.version  # has_room was true at this version of the cluster
+    walk_cap = int(state.n_free)  # an exclusive policy's walk: jobs asking for at most this many GPUs
     walk = iter(order)
     while result.tried < options.queue_depth:
         req = next(walk, _END)
@@ -398,7 +405,8 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                 result.waiting[req.job_id] = "not enough nodes with free or shareable GPUs"
                 state.classes.id(req.job_class)  # as a decision would: the class is known from now on
                 if narrow:  # walk on without that geometry
-                    walk = _narrow(queue, int(state.n_free), jobs[req.job_id][0], blocked)
+                    walk_cap = int(state.n_free)
+                    walk = _narrow(queue, walk_cap, jobs[req.job_id][0], blocked)
                 continue
         decision = policy.decide(state, req, ctx, explain=explain)
         if not decision.placed and reclaiming:
@@ -421,8 +429,10 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                 ctx.n_waiting -= 1
                 ctx.waiting_gpus -= req.n_gpus
                 ctx.waiting_work -= req.expected_duration() * req.n_gpus
-                if narrow and state.n_free > 0:  # fewer free GPUs, no geometry blocked any more
-                    walk = _narrow(queue, int(state.n_free), key, ())
+                if narrow and state.n_free > 0 and (blocked or state.n_free < queue.largest(walk_cap)):
+                    # fewer free GPUs than a walked geometry asks, or a blocked geometry back
+                    walk_cap = int(state.n_free)
+                    walk = _narrow(queue, walk_cap, key, ())
                 blocked.clear()
         if not reclaiming and state.version != room_version:
             if not has_room(state, policy):
