@@ -204,7 +204,7 @@ class QueueEstimates:
     estimate, so they are indexed and estimated as one group (one estimate per group, not per job);
     a group whose estimate changes hands it to its waiting jobs through ``queue.retime`` (their queue
     position may depend on it). ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue`
-    (``add``, ``get``, ``retime``); jobs the queue no longer holds (they started) are dropped lazily.
+    (``add``, ``get``, ``retime_all``); jobs the queue no longer holds (they started) are dropped lazily.
     """
 
     FALLBACK = ("fallback",)
@@ -255,17 +255,17 @@ class QueueEstimates:
 
     def _retime(self, group: tuple, members: set, seconds: float) -> int:
         """Give the group's waiting jobs the estimate ``seconds``; forget those that left the queue."""
-        queue, moved, gone = self.queue, 0, []
+        queue, changed, gone = self.queue, [], []
         for job_id in sorted(members):  # sorted: the same order on every run
             req = queue.get(job_id)
             if req is None:
                 gone.append(job_id)  # started meanwhile
             elif seconds != req.predicted_duration:
-                queue.retime(req, seconds)
-                moved += 1
+                changed.append(req)
+        queue.retime_all(changed, seconds)
         members.difference_update(gone)
         self._seconds[group] = seconds
-        return moved
+        return len(changed)
 
     def observe(self, user: str, job_class: str, run_time: float) -> int:
         """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
