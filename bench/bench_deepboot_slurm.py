@@ -11,8 +11,9 @@ both at tier 1 with PreemptMode=REQUEUE and GraceTime=10 s. Rounds interleave th
   next start, and whether it resumed at its checkpoint (steps lost) and completed;
 * ``preempt_no_step``: the same with the work in the batch script itself (no job step): Slurm
   signals it only when the GraceTime ends;
-* ``shrink``: a 2-node job in ``train-lend`` (``hpc_configs/deepboot-shrinkable-example.sh``) is shrunk
-  off n2 (``scontrol update NodeList=n1``) and a 2-GPU inference job submitted: shrink → RUNNING.
+* ``shrink``: a 2-node job in ``train-lend`` (``hpc_configs/deepboot-shrinkable-example.sh``) is asked
+  to shrink (``scancel --batch --signal=USR1``; it runs ``scontrol update NumNodes=1`` on itself between
+  two steps) and, once it holds n1 alone, a 2-GPU inference job is submitted: signal → RUNNING.
 * ``horusd`` (a second cluster, with job_submit.lua and horusd, ``policy = deepboot``): two 1-GPU
   borrowers of the example on n2, the older one at a lower job priority (``--nice``: Slurm on its own
   would preempt it); one inference job. horusd's reclaim (the scheduling cycle's step, as in the
@@ -132,7 +133,8 @@ def reclaim_by_shrink(cluster):
     out_file = cluster.root / "jobs" / f"slurm-{job}.out"  # its first step runs on both nodes
     wait(lambda: out_file.exists() and "epoch 0 on n[1-2]" in out_file.read_text(), 30)
     t0 = time.monotonic()
-    shrink = cluster.run(["scontrol", "update", f"JobId={job}", "NodeList=n1"], check=False)
+    shrink = cluster.run(["scancel", "--batch", "--signal=USR1", str(job)], check=False)
+    wait(lambda: states(cluster, [job]).get(job, ["?", "?"])[1:2] == ["n1"], 30)
     inference = cluster.sbatch(["-p", "infer", "--gres=gpu:2"], "#!/bin/sh\nsleep 1\n")
     ran = wait(lambda: states(cluster, [inference]).get(inference, ["?"])[0] in ("RUNNING", "COMPLETED"), 60)
     reclaim = time.monotonic() - t0 if ran else None
@@ -142,7 +144,7 @@ def reclaim_by_shrink(cluster):
     finish(cluster, [job, inference])
     return {"reclaim_s": round(reclaim, 2) if reclaim is not None else None, "shrink_rc": shrink.returncode,
             "job_state": state, "completed_all_epochs": "done epochs=40" in out,
-            "epochs_redone": out.count("lost a node")}
+            "epochs_redone": out.count("failed at")}
 
 
 def summary(samples):

@@ -28,12 +28,24 @@ echo "start run=${SLURM_RESTART_COUNT:-0} step=$step node=${SLURMD_NODENAME:-?} 
 save() {
     echo "$step" > "$CKPT.tmp" && mv "$CKPT.tmp" "$CKPT"
 }
+# Slurm before 24.11 ends a preempted job whose step exits FAILED and does not requeue it: the job
+# requeues itself. 24.11 and later requeue the preempted job themselves once its step has ended, and a
+# self-requeue on top of that runs the job once more after it completes (measured on 24.11.5 and
+# 26.05.5): there the job only saves and exits.
+case "$(scontrol version 2>/dev/null)" in
+    *" 1"[0-9].*|*" 2"[0-3].*|*" 24.0"[0-9]*) SELF_REQUEUE=1 ;;
+    *) SELF_REQUEUE=0 ;;
+esac
 on_term() {
     save
     echo "checkpoint step=$step at $(now)"
     # preempted (PreemptTime set), not cancelled: give the GPUs back now
     if scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -q 'PreemptTime=[0-9]'; then
-        scontrol requeue "$SLURM_JOB_ID" && echo "requeued itself at $(now)"
+        if [ "$SELF_REQUEUE" = 1 ]; then
+            scontrol requeue "$SLURM_JOB_ID" && echo "requeued itself at $(now)"
+        else
+            echo "preempted: Slurm requeues it at $(now)"
+        fi
     fi
     exit 143
 }

@@ -12,7 +12,7 @@ import pytest
 
 from slurm_horus.errors import InputError
 from slurm_horus.localcluster.chroot import (
-    CLIENT_COMMANDS, RELEASES, ChrootSlurm, SystemSlurm, default_slurm, mount_points, slurm_install,
+    CLIENT_COMMANDS, MARKER, RELEASES, ChrootSlurm, SystemSlurm, default_slurm, mount_points, slurm_install,
 )
 from slurm_horus.localcluster.cluster import accounting_failure
 from slurm_horus.localcluster.prereq import missing_prerequisites
@@ -58,11 +58,26 @@ def test_client_wrappers_run_the_chroot_command_in_the_callers_directory(tmp_pat
     text = (install.bin_dir / "sinfo").read_text()
     assert os.stat(install.bin_dir / "sinfo").st_mode & stat.S_IXUSR
     assert f"root={install.root}" in text and '/usr/bin/env -C "$PWD" /usr/bin/sinfo "$@"' in text
+    # inside the chroot (the marker is there) a wrapper runs the command itself, before any chroot
+    assert 0 < text.index(f'[ -e {MARKER} ] && exec /usr/bin/sinfo "$@"') < text.index('"$root" /usr/bin/env -C')
     before = os.stat(install.bin_dir / "sinfo").st_mtime_ns
     install._write_wrappers()  # idempotent: unchanged wrappers are not rewritten
     assert os.stat(install.bin_dir / "sinfo").st_mtime_ns == before
     env = install.env({"PATH": "/usr/bin"})
     assert env["PATH"] == f"{install.bin_dir}:/usr/bin"
+
+
+def test_the_chroot_gets_the_hosts_name_files_and_the_marker(tmp_path):
+    install = fake_root(tmp_path)
+    (install.root / "etc").mkdir(exist_ok=True)
+    os.symlink("../run/systemd/resolve/stub-resolv.conf", install.root / "etc/resolv.conf")
+    install._write_hosts()
+    hosts = (install.root / "etc/hosts").read_text()
+    assert hosts.startswith(open("/etc/hosts").read()) and "localhost" in hosts
+    if os.path.exists("/etc/resolv.conf"):
+        assert not (install.root / "etc/resolv.conf").is_symlink()
+        assert (install.root / "etc/resolv.conf").read_text() == open("/etc/resolv.conf").read()
+    assert (install.root / MARKER.lstrip("/")).exists()
 
 
 def test_a_chroot_cluster_needs_only_lua_chroot_mount_and_mariadb_on_the_host(tmp_path):

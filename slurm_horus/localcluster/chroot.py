@@ -57,6 +57,9 @@ CLIENT_COMMANDS = ("sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast",
                    "sdiag", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare", "sstat", "strigger")
 SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 LEASE_GRACE_S = 120  # a lease this old whose cluster runs no process (it was killed) no longer counts
+# A file only the chroot holds: a wrapper that sees it runs inside already (a job's PATH still names
+# bin_dir, and with HORUS_SLURM_CHROOTS under /tmp, which is bound inside, the wrappers are there too).
+MARKER = "/etc/slurm-horus-chroot"
 FORMAT = 1  # bump when what a built chroot must hold changes: older builds are rebuilt
 
 
@@ -252,11 +255,30 @@ class ChrootSlurm:
         return self
 
     def _write_hosts(self):
-        """mmdebstrap leaves no /etc/hosts: without one nothing inside resolves ``localhost``
-        (slurm.conf's SlurmctldHost and NodeHostname), and no client reaches slurmctld."""
-        hosts = self.host_path("/etc/hosts")
-        if not hosts.exists():
-            hosts.write_text("127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")
+        """The host's name files inside, and the marker the wrappers look for.
+
+        mmdebstrap leaves no /etc/hosts: without one nothing inside resolves ``localhost``
+        (slurm.conf's SlurmctldHost and NodeHostname) nor this machine's own name, which srun and
+        slurmd look up for a job step (a job's ``srun`` then never starts its step). The host's
+        ``/etc/hosts`` and ``/etc/resolv.conf`` are copied in on every prepare (a ``localhost``
+        line is added when the host's has none)."""
+        for name in ("/etc/hosts", "/etc/resolv.conf"):
+            try:
+                text = Path(name).read_text()
+            except OSError:
+                text = ""
+            if name == "/etc/hosts" and not any("localhost" in line.split("#")[0].split()[1:]
+                                                for line in text.splitlines()):
+                text += "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+            target = self.host_path(name)
+            if target.is_symlink():  # resolv.conf may be a link to the build host's /run
+                target.unlink()
+            if not target.exists() or target.read_text() != text:
+                target.write_text(text)
+        marker = self.host_path(MARKER)
+        if not marker.exists():
+            marker.write_text(f"Slurm {self.name} chroot of slurm-horus: the client wrappers run the commands "
+                              "directly when they see this file\n")
 
     def _build(self, echo):
         release = self.release_info
@@ -305,6 +327,7 @@ class ChrootSlurm:
                 f"# Slurm {self.name}'s {command}, run in its chroot (written by horus local-cluster).\n"
                 f"root={root}\n"
                 # inside the chroot already (a job's PATH): the real command
+                f'[ -e {MARKER} ] && exec {inside} "$@"\n'
                 f'[ -d "$root/usr" ] || exec {inside} "$@"\n'
                 # chroot(8) starts in /: keep the caller's directory where the chroot sees it too
                 f'[ -n "$PWD" ] && [ -d "$root$PWD" ] && exec {chroot} "$root" /usr/bin/env -C "$PWD" {inside} "$@"\n'
