@@ -257,6 +257,41 @@ def test_horus_util_packs_up_to_three_jobs_and_checks_every_resident():
     assert not run(policy, state, JobRequest("y2", "y")).placed  # never a fourth
 
 
+def test_horus_util_sums_follow_the_state_change_log_through_trims():
+    """horus-util keeps per-GPU utilization, memory and resident classes from the state's change log;
+    after random places and releases (a job re-placed under its id included, the log trimmed) they
+    equal the sums a fresh policy builds from the jobs."""
+    rng = np.random.default_rng(5)
+    state = build_cluster([NodeGroup(2, 4, "v100", 16000.0)], max_jobs_per_gpu=3)
+    state.CHANGES_KEPT = 7  # trim often
+    util = {"a": 30.0, "b": 55.0, "c": 80.0}
+    policy = horus_util(state, TablePredictor(default=0.7), util)
+    placed = 0
+    for step in range(300):
+        if state.jobs and rng.random() < 0.45:
+            job_id = str(rng.choice(sorted(state.jobs)))
+            job = state.release(job_id)
+            if rng.random() < 0.3:  # the same id placed again elsewhere
+                g = int(rng.integers(8))
+                if state.gpu_njobs[g] < 3:
+                    state.place(RunningJob(job_id, job.job_class, (g,), 0.0, 100.0, mem_mb=job.mem_mb))
+        else:
+            g = int(rng.integers(8))
+            if state.gpu_njobs[g] < 3:
+                state.place(RunningJob(f"j{step}", str(rng.choice(list(util))), (g,), 0.0, 100.0,
+                                       mem_mb=float(rng.choice([0.0, 1000.0, 2500.0]))))
+                placed += 1
+        if rng.random() < 0.3:
+            policy._sync(state)
+    policy._sync(state)
+    fresh = horus_util(state, TablePredictor(default=0.7), util)
+    fresh._sync(state)
+    assert placed > 50 and state.changes_base > 0
+    np.testing.assert_allclose(policy._util_sum, fresh._util_sum, atol=1e-9)
+    np.testing.assert_allclose(policy._mem_sum, fresh._mem_sum, atol=1e-9)
+    assert (np.sort(policy._residents, axis=1) == np.sort(fresh._residents, axis=1)).all()
+
+
 def test_horus_util_queue_by_utilization_with_look_ahead():
     state = cluster(1, 1)
     policy = horus_util(state, TablePredictor(default=0.7), {"hi": 90.0, "lo": 10.0})

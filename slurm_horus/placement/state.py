@@ -170,6 +170,10 @@ class ClusterState:
         self.node_mem_used = np.zeros(len(self.nodes))
         self.node_version = np.zeros(len(self.nodes), dtype=np.int64)  # bumped by place/release
         self.version = 0  # bumped by every place/release (caches of derived arrays key on it)
+        # every place (+1) and release (-1), in order, for policies that keep their own per-GPU sums
+        # (read from ``changes_base + position``; trimmed now and then: a reader behind the base resyncs)
+        self.changes: List[Tuple[int, "RunningJob"]] = []
+        self.changes_base = 0
         self._left, self._left_version = None, -1
         self.gpu_jobs: List[List[str]] = [[] for _ in range(n)]
         self.partition_mask = {}
@@ -227,7 +231,16 @@ class ClusterState:
             if job.exclusive:
                 self.gpu_exclusive[g] = True
             self.gpu_jobs[g].append(job.job_id)
+        self._log(+1, job)
         return job
+
+    CHANGES_KEPT = 65536
+
+    def _log(self, sign: int, job: "RunningJob"):
+        if len(self.changes) >= self.CHANGES_KEPT:
+            self.changes_base += len(self.changes)
+            self.changes = []
+        self.changes.append((sign, job))
 
     def release(self, job_id: str) -> RunningJob:
         """Forget ``job_id`` (finished, failed or preempted) and free its share of its GPUs."""
@@ -251,6 +264,7 @@ class ClusterState:
                 self.gpu_mem_used[g] = 0.0
                 self.node_free[self.gpu_node[g]] += 1
                 self.n_free += 1
+        self._log(-1, job)
         return job
 
     def units_of(self, job: RunningJob, g: int) -> int:

@@ -54,7 +54,7 @@ class HorusUtil(Policy):
         self._queue_util: Dict[str, float] = {}
         self._ctx = None
         self._failed = 0
-        self._seen: Dict[str, object] = {}  # job id -> RunningJob whose share is in the sums
+        self._log_pos = 0  # position in the state's change log up to which the sums are kept
         self._state = None
         self._util_sum = self._mem_sum = None
 
@@ -87,20 +87,22 @@ class HorusUtil(Policy):
 
     # ---- per-GPU sums of the residents' utilization and memory, and their classes, kept up to date -
     def _sync(self, state):
-        """Follow ``state.jobs`` by the jobs that came and went since the last decision (two set
-        differences of the job ids, in C, plus O(changes)). A new state object starts over; a job re-placed under
-        the same id between two decisions is not seen (the cycle never does that: this policy does
-        not reclaim)."""
-        if self._state is not state or len(self._util_sum) != state.n_gpus:
-            self._state, self._seen = state, {}
+        """Follow ``state.jobs`` through the state's change log (``state.changes``): O(changes since the
+        last decision). A new state object, or a log trimmed past this policy's position, starts over
+        from ``state.jobs``."""
+        if (self._state is not state or len(self._util_sum) != state.n_gpus
+                or self._log_pos < state.changes_base):
+            self._state = state
             self._util_sum, self._mem_sum = np.zeros(state.n_gpus), np.zeros(state.n_gpus)
             self._residents = np.full((state.n_gpus, self.max_jobs_per_gpu + 1), -1, dtype=np.int64)
-        jobs = state.jobs
-        for job_id in self._seen.keys() - jobs.keys():
-            self._add(state, self._seen.pop(job_id), -1.0)
-        for job_id in jobs.keys() - self._seen.keys():
-            self._seen[job_id] = jobs[job_id]
-            self._add(state, jobs[job_id], 1.0)
+            for running in state.jobs.values():
+                self._add(state, running, 1.0)
+            self._log_pos = state.changes_base + len(state.changes)
+            return
+        start = self._log_pos - state.changes_base
+        for sign, running in state.changes[start:]:
+            self._add(state, running, float(sign))
+        self._log_pos = state.changes_base + len(state.changes)
 
     def _add(self, state, running, sign):
         gpus = np.asarray(running.gpus, dtype=np.int64)
@@ -134,13 +136,17 @@ class HorusUtil(Policy):
     def score_gpus(self, cycle):
         state, idx = cycle.state, cycle.idx
         self._sync(state)
-        types = state.gpu_type_id[idx]
-        job_util, job_mem = np.empty(len(idx)), np.empty(len(idx))
-        for t in np.unique(types):
-            util, mem = self._class_arrays(state, state.gpu_types[t])
-            sel = types == t
-            job_util[sel] = util[cycle.class_id]
-            job_mem[sel] = cycle.req.mem_mb or mem[cycle.class_id]
+        if len(state.gpu_types) == 1:
+            util, mem = self._class_arrays(state, state.gpu_types[0])
+            job_util, job_mem = util[cycle.class_id], cycle.req.mem_mb or mem[cycle.class_id]
+        else:
+            types = state.gpu_type_id[idx]
+            job_util, job_mem = np.empty(len(idx)), np.empty(len(idx))
+            for t in np.unique(types):
+                util, mem = self._class_arrays(state, state.gpu_types[t])
+                sel = types == t
+                job_util[sel] = util[cycle.class_id]
+                job_mem[sel] = cycle.req.mem_mb or mem[cycle.class_id]
         cap = state.gpu_mem_total[idx]
         mem_after = self._mem_sum[idx] + job_mem
         # the reference caps a device's current utilization at 100 % before adding the job's
@@ -159,8 +165,12 @@ class HorusUtil(Policy):
         if self.pairs is None:
             return ok
         residents = self._residents[cycle.idx]
-        types = state.gpu_type_id[cycle.idx]
         c = cycle.class_id
+        if len(state.gpu_types) == 1:
+            mat = self.pairs.matrix(state.gpu_types[0])
+            clash = np.append((mat[c] <= 0) | (mat[:, c] <= 0), False)  # trailing: an empty slot (-1)
+            return ok if not clash.any() else ~clash[residents].any(axis=1)
+        types = state.gpu_type_id[cycle.idx]
         for t in np.unique(types):
             mat = self.pairs.matrix(state.gpu_types[t])
             clash = np.append((mat[c] <= 0) | (mat[:, c] <= 0), False)  # trailing: an empty slot (-1)
