@@ -193,7 +193,8 @@ def test_bad_duration_options_and_limits_give_one_line(tmp_path, capsys, args, m
 
 def test_waiting_jobs_keep_the_current_estimate_and_their_queue_place():
     """QueueEstimates re-estimates only the jobs a finished run can change; the result must be what
-    re-estimating the whole queue after every end gives (random users, classes and runs)."""
+    re-estimating the whole queue after every end gives (random users, classes and runs), and each
+    waiting job carries its estimate's current spread (horus weighs it)."""
     import numpy as np
 
     from slurm_horus.placement.cycle import PendingQueue
@@ -218,5 +219,6 @@ def test_waiting_jobs_keep_the_current_estimate_and_their_queue_place():
             moved += tracker.observe(str(rng.choice(users)), str(rng.choice(classes)), float(rng.uniform(10, 9000)))
         for req in queue:
             assert req.predicted_duration == estimator.estimate_request(req).seconds, (step, req)
+            assert req.duration_sigma == estimator.seconds_spread(req.user, req.job_class, req.time_limit)[2]
         assert [r.job_id for r in queue] == [r.job_id for r in sorted(queue, key=SJF().queue_key)]
     assert moved > 50 and len(queue) > 10

@@ -434,9 +434,50 @@ def test_horus_bar_is_higher_for_pairs_already_measured():
     assert run(policy, state, JobRequest("n3", "n", predicted_duration=50.0), n_waiting=3, waiting_gpus=3).shared
 
 
-def test_horus_never_pairs_two_long_jobs_that_lose_on_completion_time():
+def test_horus_risk_explores_unknown_pairs_within_its_budget_then_weighs_risk():
+    """An unknown pair (default prior: widest spread) is formed on its expected benefit alone while the
+    GPU type's exploration budget lasts; then the same pair must clear risk × its spread."""
     state = cluster(1, 1)
-    policy = make_policy("horus", models_for(state, TablePredictor(default=0.6)))  # combined 1.2, ξ=1.67
+    policy = make_policy("horus-risk/explore_budget=1/risk=3", models_for(state, TablePredictor(default=0.6)))
+    state.place(RunningJob("a", "a", (0,), 0.0, 100.0))
+    first = run(policy, state, JobRequest("n", "n", predicted_duration=20.0, duration_sigma=0.5),
+                n_waiting=3, waiting_gpus=3)
+    assert first.shared and "explores an unknown pair" in first.reason
+    assert policy.explored == {"v100": 1}
+    assert any("benefit" in c.note and "risk" in c.note for c in first.candidates)
+    state.release("n")
+    # budget spent: the same pair now needs B − 3·R > 0, which its wide spread does not allow
+    second = run(policy, state, JobRequest("n2", "n", predicted_duration=20.0, duration_sigma=0.5),
+                 n_waiting=3, waiting_gpus=3)
+    assert not second.placed and "risk" in second.reason
+    # measured on this cluster (narrow spread) and durations known: the pair clears the same risk
+    for _ in range(4):
+        policy.observe("v100", "n", "a", 0.6)
+        policy.observe("v100", "a", "n", 0.6)
+    third = run(policy, state, JobRequest("n3", "n", predicted_duration=20.0), n_waiting=3, waiting_gpus=3)
+    assert third.shared and "explores" not in third.reason
+    assert policy.explored == {"v100": 1}
+
+
+def test_horus_risk_counts_the_duration_spread():
+    """The same measured pair: taken when the durations are known, refused under a wide duration spread
+    once its benefit must clear it."""
+    state = cluster(1, 1)
+    policy = make_policy("horus-risk/explore_budget=0/risk=1", models_for(state, TablePredictor(default=0.6)))
+    for _ in range(4):
+        policy.observe("v100", "n", "a", 0.6)
+        policy.observe("v100", "a", "n", 0.6)
+    state.place(RunningJob("a", "a", (0,), 0.0, 1000.0))
+    sure = policy.decide(state, JobRequest("n", "n", predicted_duration=400.0), SchedulingContext(0.0, 3, 3))
+    unsure = policy.decide(state, JobRequest("n", "n", predicted_duration=400.0, duration_sigma=2.0),
+                           SchedulingContext(0.0, 3, 3))
+    assert sure.shared and not unsure.placed
+
+
+@pytest.mark.parametrize("rule", ["horus", "horus-risk"])
+def test_horus_never_pairs_two_long_jobs_that_lose_on_completion_time(rule):
+    state = cluster(1, 1)
+    policy = make_policy(rule, models_for(state, TablePredictor(default=0.6)))  # combined 1.2, ξ=1.67
     state.place(RunningJob("a", "a", (0,), 0.0, 10000.0))
     assert not run(policy, state, JobRequest("long", "n", predicted_duration=10000.0),
                    n_waiting=3, waiting_gpus=3).placed
@@ -474,13 +515,19 @@ def test_horus_per_class_scoring_is_the_per_gpu_rule(options):
     assert outcomes == {True, False}  # some pairs qualified, some did not: the comparison tested both
 
 
-@pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0}, {"free_score": 1.3},
-                                     {"score_rule": "combined"}, {"min_combined_known": 1.05}])
-def test_horus_quick_decision_is_the_pipelines(options):
-    """horus's 1-GPU shortcut (decide_quickly) must give exactly the pipeline's decision: random
-    loaded clusters, with and without free GPUs, pressure, a window, measured pairs, ties."""
+@pytest.mark.parametrize("rule,options", [("horus", {}), ("horus", {"require_benefit": False}),
+                                          ("horus", {"bsbf_gain": 0.0}), ("horus", {"free_score": 1.3}),
+                                          ("horus", {"score_rule": "combined"}),
+                                          ("horus", {"min_combined_known": 1.05}), ("horus-risk", {}),
+                                          ("horus-risk", {"risk": 0.0}), ("horus-risk", {"explore_budget": 0})])
+def test_horus_quick_decision_is_the_pipelines(rule, options):
+    """horus's (and horus-risk's) 1-GPU shortcut (decide_quickly) must give exactly the pipeline's
+    decision: random loaded clusters, with and without free GPUs, pressure, a window, measured pairs, ties."""
     from slurm_horus.placement.framework import Policy
     from slurm_horus.placement.policies.horus import Horus
+    from slurm_horus.placement.policies.horus_risk import HorusRisk
+
+    Horus = HorusRisk if rule == "horus-risk" else Horus  # noqa: N806
 
     rng = np.random.default_rng(7)
     classes = [f"k{i}" for i in range(8)]

@@ -164,14 +164,20 @@ class DurationEstimator:
 
     def seconds(self, user: str = "", job_class: str = "", time_limit: Optional[float] = None) -> Tuple[float, str]:
         """``(estimate(...).seconds, estimate(...).source)`` without the spread (the hot path)."""
+        seconds, source, _ = self.seconds_spread(user, job_class, time_limit)
+        return seconds, source
+
+    def seconds_spread(self, user: str = "", job_class: str = "",
+                       time_limit: Optional[float] = None) -> Tuple[float, str, float]:
+        """``(seconds, source, log_sigma)`` of :meth:`estimate` without its percentiles (the hot path)."""
         limit = float(time_limit) if time_limit is not None and time_limit > 0 else None
         found = self._lookup(user, job_class)
         if found is not None:
-            median = found[1][0]
-            return (min(median, limit) if limit is not None else median), found[0]
+            median, sigma = found[1][0], found[1][1]
+            return (min(median, limit) if limit is not None else median), found[0], sigma
         if limit is not None:
-            return limit, "limit"
-        return self.settings.default_duration, "default"
+            return limit, "limit", self.settings.prior_log_sigma
+        return self.settings.default_duration, "default", self.settings.prior_log_sigma
 
     def estimate_request(self, req) -> DurationEstimate:
         """The estimate for a :class:`JobRequest` (its user, class and time limit)."""
@@ -216,6 +222,7 @@ class QueueEstimates:
         # group, and the history keys index groups, not jobs
         self._groups: Dict[tuple, set] = {}  # group -> ids of its jobs (some may have left the queue)
         self._seconds: Dict[tuple, float] = {}  # group -> the estimate all its waiting jobs carry
+        self._sigma: Dict[tuple, float] = {}  # group -> the estimate's spread (log-σ) they carry
         self._by_key: Dict[tuple, set] = {}  # history key -> groups whose estimate it may change
 
     def _index(self, group: tuple, source: str, only=None):
@@ -239,19 +246,32 @@ class QueueEstimates:
 
     def add(self, req) -> float:
         """Estimate ``req`` now, set its ``predicted_duration`` and queue it; returns the estimate."""
-        seconds, source = self.estimator.seconds(req.user, req.job_class, req.time_limit)
+        seconds, source, req.duration_sigma = self.estimator.seconds_spread(req.user, req.job_class, req.time_limit)
         req.predicted_duration = seconds  # before queueing: the queue keys on it
         self.queue.add(req)
         group = (req.user or "", req.job_class or "", req.time_limit)
         members = self._groups.get(group)
         if members is None:
             members = self._groups[group] = set()
-        elif self._seconds[group] != seconds:  # (never: the group is re-estimated whenever it may change)
-            self._retime(group, members, seconds)
+        else:  # (never different: the group is re-estimated whenever it may change)
+            if self._sigma[group] != req.duration_sigma:
+                self._respread(group, members, req.duration_sigma)
+            if self._seconds[group] != seconds:
+                self._retime(group, members, seconds)
         members.add(req.job_id)
         self._seconds[group] = seconds
+        self._sigma[group] = req.duration_sigma
         self._index(group, source)
         return seconds
+
+    def _respread(self, group: tuple, members: set, sigma: float) -> None:
+        """Give the group's waiting jobs the estimate's spread ``sigma`` (their queue place stays)."""
+        queue = self.queue
+        for job_id in members:
+            req = queue.get(job_id)
+            if req is not None:
+                req.duration_sigma = sigma
+        self._sigma[group] = sigma
 
     def _retime(self, group: tuple, members: set, seconds: float) -> int:
         """Give the group's waiting jobs the estimate ``seconds``; forget those that left the queue."""
@@ -280,11 +300,13 @@ class QueueEstimates:
                 members = self._groups.get(group)
                 if members is None:
                     continue  # dropped: none of its jobs waits
-                seconds, source = estimator.seconds(group[0], group[1], group[2])
+                seconds, source, sigma = estimator.seconds_spread(group[0], group[1], group[2])
+                if sigma != self._sigma[group]:
+                    self._respread(group, members, sigma)
                 if seconds != self._seconds[group]:
                     moved += self._retime(group, members, seconds)
                     if not members:
-                        del self._groups[group], self._seconds[group]
+                        del self._groups[group], self._seconds[group], self._sigma[group]
                         continue
                 # filed under the other keys already, unless it now rests on another level
                 self._index(group, source, only=key if key == _source_key(source, group) else None)

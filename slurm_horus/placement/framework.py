@@ -94,6 +94,10 @@ class Policy:
         if self.pairs is not None:
             self.pairs.observe(gpu_type, target, corunner, norm_tput)
 
+    def counters(self) -> Dict[str, int]:
+        """What the policy counted while it ran (the simulator's ``SimResult.runtime``)."""
+        return {}
+
     def urgent_duration(self, state: ClusterState, ctx: SchedulingContext) -> float:
         """Waiting jobs predicted to run at least this long go first (inf: none; see horus)."""
         return math.inf

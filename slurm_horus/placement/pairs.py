@@ -5,6 +5,13 @@ GPU with class ``b``. Rows are filled lazily from a Predictor (one vectorized ``
 per new class), so the decision path never calls the model. ``observe()`` records a measured pair:
 from then on the running mean of what was seen replaces the model's answer for that pair, which is
 how a policy learns the cluster it runs on.
+
+Every value carries its confidence: ``PairTable.sigma(gpu_type)[a, b]`` is the standard deviation of
+the prediction's error, by where the value came from (``SOURCE_SIGMA``: 1.25 × the mean absolute error
+each predictor showed on pairs it had not seen, ``bench/bench_interference.py`` in
+docs/interference.md — cf 0.079 on a new GPU type, mlp 0.101, utilization 0.074 on a new class; the
+default prior is a guess over the whole range, σ of a uniform value on [0, 1]); a pair measured on
+this cluster has ``OBSERVED_SIGMA / sqrt(times measured)``.
 """
 
 from typing import Dict, Optional, Sequence, Tuple
@@ -13,6 +20,23 @@ import numpy as np
 
 from ..interference.base import Predictor
 from .state import ClassIndex
+
+SOURCE_SIGMA = {"measured": 0.05, "cf": 0.10, "mlp": 0.13, "utilization": 0.10, "default": 0.29,
+                "memory": 0.0, "solo": 0.05}
+UNKNOWN_SIGMA = 0.15  # a predictor that does not say where its answer came from
+OBSERVED_SIGMA = 0.05  # one measurement on this cluster (what the replay's learning showed: MAE 0.02–0.04)
+
+
+def _sigma_block(predictor: Predictor, targets: Sequence[str], corunners: Sequence[str],
+                 gpu_type: str) -> np.ndarray:
+    sources = getattr(predictor, "sources_pairs", None)
+    if sources is None:
+        return np.full(len(targets), UNKNOWN_SIGMA)
+    try:
+        names = sources(list(targets), list(corunners), gpu_type)
+    except (NotImplementedError, KeyError, ValueError, IndexError):
+        return np.full(len(targets), UNKNOWN_SIGMA)
+    return np.array([SOURCE_SIGMA.get(str(n), UNKNOWN_SIGMA) for n in names], dtype=np.float64)
 
 
 def _predict_block(predictor: Predictor, targets: Sequence[str], corunners: Sequence[str],
@@ -35,6 +59,7 @@ class PairTable:
         self.exact = exact  # every value is a measurement (the simulator's truth, for the oracle)
         self._mats: Dict[str, np.ndarray] = {}
         self._known: Dict[str, np.ndarray] = {}
+        self._sigma: Dict[str, np.ndarray] = {}
         self._filled: Dict[str, int] = {}
         self._observed: Dict[Tuple[str, str, str], Tuple[float, int]] = {}
         self.n_observations = 0
@@ -61,13 +86,21 @@ class PairTable:
                     tb.append(b)
         values = _predict_block(self.predictor, [names[a] for a in ta], [names[b] for b in tb], gpu_type)
         mat[np.array(ta), np.array(tb)] = values
+        sigma = np.zeros((n, n))
+        if old:
+            sigma[:old, :old] = self._sigma[gpu_type][:old, :old]
+        if not self.exact:
+            sigma[np.array(ta), np.array(tb)] = _sigma_block(self.predictor, [names[a] for a in ta],
+                                                             [names[b] for b in tb], gpu_type)
         known = np.full((n, n), self.exact)
-        for (t, a_name, b_name), (mean, _count) in self._observed.items():
+        for (t, a_name, b_name), (mean, count) in self._observed.items():
             a, b = self.classes.ids.get(a_name, n), self.classes.ids.get(b_name, n)
             if t == gpu_type and a < n and b < n:
                 mat[a, b] = mean
                 known[a, b] = True
+                sigma[a, b] = OBSERVED_SIGMA / np.sqrt(count)
         self._mats[gpu_type] = mat
+        self._sigma[gpu_type] = sigma
         self._known[gpu_type] = known
         self._filled[gpu_type] = n
 
@@ -77,6 +110,7 @@ class PairTable:
             self.classes = classes
             self._mats.clear()
             self._known.clear()
+            self._sigma.clear()
             self._filled.clear()
 
     def tput(self, gpu_type: str, target: str, corunner: str) -> float:
@@ -96,11 +130,17 @@ class PairTable:
         mat = self.matrix(gpu_type)
         mat[a, b] = mean
         self._known[gpu_type][a, b] = True
+        self._sigma[gpu_type][a, b] = OBSERVED_SIGMA / np.sqrt(count + 1)
 
     def known(self, gpu_type: str) -> np.ndarray:
         """Bool matrix: which pair values were measured (observed), not predicted."""
         self.matrix(gpu_type)
         return self._known[gpu_type]
+
+    def sigma(self, gpu_type: str) -> np.ndarray:
+        """Per pair: the standard deviation of the value's error (0 for the simulator's truth)."""
+        self.matrix(gpu_type)
+        return self._sigma[gpu_type]
 
     def observed(self, gpu_type: str, target: str, corunner: str) -> Optional[float]:
         found = self._observed.get((gpu_type, target, corunner))

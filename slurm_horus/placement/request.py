@@ -18,6 +18,9 @@ class JobRequest:
     partition: str = ""  # "" = any partition
     time_limit: Optional[float] = None  # seconds
     predicted_duration: Optional[float] = None  # seconds alone on a GPU
+    # spread of that estimate: standard deviation of log(run time) (the duration estimator's
+    # ``log_sigma``); None: the duration is taken as known (the simulator's oracle durations)
+    duration_sigma: Optional[float] = None
     user: str = ""
     submit_time: float = 0.0
     exclusive: bool = False  # the user asked for whole GPUs

@@ -148,7 +148,8 @@ class Placer:
             for kept in self.kept.values():
                 if kept.placeable:
                     req = kept.request  # estimated again at every refresh, as the history grows
-                    req.predicted_duration = self.expected_duration(req.user, req.job_class, req.time_limit)
+                    req.predicted_duration, _, req.duration_sigma = self.durations.seconds_spread(
+                        req.user, req.job_class, req.time_limit)
                     queue.add(req)
             self.queue = queue
             self.unshaped = set(view.unshaped)
@@ -194,6 +195,7 @@ class Placer:
             extra_partitions=tuple(partitions[1:]), time_limit=request.time_limit_s, user=request.user,
             submit_time=self.clock(),
             predicted_duration=self.expected_duration(request.user, request.job_class, request.time_limit_s),
+            duration_sigma=self.durations.seconds_spread(request.user, request.job_class, request.time_limit_s)[2],
             # only a shard lets a second job join a GPU, and a shard is one GPU: indexed/node bindings
             # and multi-GPU jobs hold whole GPUs (the policy must not pair them: Slurm could not)
             exclusive=(not may_share or self.binding != "shard" or request.gpus_per_node * request.nodes > 1)

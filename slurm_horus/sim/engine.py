@@ -246,7 +246,8 @@ class Simulator:
         return SimResult(self.policy.name, self.jobs, self.state.n_gpus, self.busy_gpu_time,
                          _thin(self.timeline, self.options.max_timeline), self.oom_events, self.preemptions,
                          self.n_observations, start, durations="oracle" if self.true_durations else "estimated",
-                         duration_errors=errors, runtime=self.ext.summary() if self.ext else {})
+                         duration_errors=errors,
+                         runtime=self.ext.summary() if self.ext else self.policy.counters())
 
     def push_timer(self, t: float):
         """Wake the policy's runtime at ``t`` (``ext.on_timer``)."""

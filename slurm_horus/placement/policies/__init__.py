@@ -10,6 +10,7 @@ from ..fragmentation import FragmentationModel
 from .deepboot import DeepBoot
 from .fgd import FRAGMENTATION_POLICIES
 from .horus import Horus
+from .horus_risk import HorusRisk
 from .horus_util import HorusUtil
 from .iasp_iapp import IaspIapp
 from .oracle import Oracle
@@ -19,7 +20,7 @@ from .sjf_ffs import SJFFFS
 from .slurm_default import SlurmDefault
 
 POLICY_NAMES = ("slurm-default", "sjf", "sjf-ffs", "sjf-bsbf", "horus-util", "iasp-iapp", "deepboot",
-                "oracle", "horus") + tuple(FRAGMENTATION_POLICIES)
+                "oracle", "horus", "horus-risk") + tuple(FRAGMENTATION_POLICIES)
 
 
 class PolicyModels:
@@ -137,6 +138,8 @@ def make_policy(spec: str, models: PolicyModels):
         return Oracle(PairTable(models.truth, models.classes, learn=False, exact=True), **_coerce(Oracle, raw))
     if name == "horus":
         return Horus(models.pairs(), fragmentation=models.fragmentation(), **_coerce(Horus, raw))
+    if name == "horus-risk":
+        return HorusRisk(models.pairs(), fragmentation=models.fragmentation(), **_coerce(HorusRisk, raw))
     if name in FRAGMENTATION_POLICIES:
         cls = FRAGMENTATION_POLICIES[name]
         return cls(None, fragmentation=models.fragmentation(), **_coerce(cls, raw))
@@ -144,4 +147,4 @@ def make_policy(spec: str, models: PolicyModels):
 
 
 __all__ = ["POLICY_NAMES", "PolicyModels", "make_policy", "parse_policy_name", "SlurmDefault", "SJF",
-           "SJFFFS", "SJFBSBF", "HorusUtil", "IaspIapp", "DeepBoot", "Oracle", "Horus"]
+           "SJFFFS", "SJFBSBF", "HorusUtil", "IaspIapp", "DeepBoot", "Oracle", "Horus", "HorusRisk"]
