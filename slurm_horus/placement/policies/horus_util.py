@@ -113,6 +113,17 @@ class HorusUtil(Policy):
         if cid >= len(util):
             self._per_type.clear()
             util, mem = self._class_arrays(state, state.gpu_type_of(int(gpus[0])))
+        if len(gpus) == 1:  # the common case, without fancy indexing (the same arithmetic)
+            g = int(gpus[0])
+            self._util_sum[g] += sign * util[cid]
+            self._mem_sum[g] += sign * (running.mem_mb or mem[cid])
+            row = self._residents[g]
+            want = -1 if sign > 0 else cid
+            for i in range(len(row)):  # one slot per resident: its class id
+                if row[i] == want:
+                    row[i] = cid if sign > 0 else -1
+                    break
+            return
         self._util_sum[gpus] += sign * util[cid]
         self._mem_sum[gpus] += sign * (running.mem_mb or mem[cid])
         slots = self._residents[gpus]
@@ -164,12 +175,20 @@ class HorusUtil(Policy):
         ok = np.ones(len(cycle.idx), dtype=bool)
         if self.pairs is None:
             return ok
-        residents = self._residents[cycle.idx]
         c = cycle.class_id
         if len(state.gpu_types) == 1:
             mat = self.pairs.matrix(state.gpu_types[0])
             clash = np.append((mat[c] <= 0) | (mat[:, c] <= 0), False)  # trailing: an empty slot (-1)
-            return ok if not clash.any() else ~clash[residents].any(axis=1)
+            if not clash.any():
+                return ok
+            # a GPU with at most one job: its only resident is its first (gpu_class0; -1 when free);
+            # the others: every slot
+            ok = ~clash[state.gpu_class0[cycle.idx]]
+            several = np.flatnonzero(state.gpu_njobs[cycle.idx] > 1)
+            if len(several):
+                ok[several] = ~clash[self._residents[cycle.idx[several]]].any(axis=1)
+            return ok
+        residents = self._residents[cycle.idx]
         types = state.gpu_type_id[cycle.idx]
         for t in np.unique(types):
             mat = self.pairs.matrix(state.gpu_types[t])

@@ -51,16 +51,23 @@ class IaspIapp(Policy):
         n_nodes = len(state.nodes)
         if len(occupied) == 0 or self.similarity_pairs is None:
             return np.zeros(n_nodes)
+        if len(state.gpu_types) == 1:  # one GPU type: one row of one matrix
+            sim = 1.0 - self.similarity_pairs.matrix(state.gpu_types[0])[class_id][state.gpu_class0[occupied]]
+        else:
+            sim = self._similarity_by_type(state, class_id, occupied)
+        nodes = state.gpu_node[occupied]
+        total = np.bincount(nodes, weights=sim, minlength=n_nodes)
+        count = np.bincount(nodes, minlength=n_nodes)
+        return total / np.maximum(count, 1)
+
+    def _similarity_by_type(self, state, class_id, occupied) -> np.ndarray:
         types = state.gpu_type_id[occupied]
         sim = np.empty(len(occupied))
         for t in np.unique(types):
             mat = self.similarity_pairs.matrix(state.gpu_types[t])
             sel = types == t
             sim[sel] = 1.0 - mat[class_id, state.gpu_class0[occupied[sel]]]
-        nodes = state.gpu_node[occupied]
-        total = np.bincount(nodes, weights=sim, minlength=n_nodes)
-        count = np.bincount(nodes, minlength=n_nodes)
-        return total / np.maximum(count, 1)
+        return sim
 
     def score_gpus(self, cycle):
         """IAPP's predicted performance of the job on each feasible GPU."""
