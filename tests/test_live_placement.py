@@ -223,7 +223,10 @@ def test_job_goes_through_untouched_while_horusd_is_stopped(clean):
     assert "horus:" not in detail(clean, job)[1]
     assert elapsed < 5
     log = (clean.root / "log" / "slurmctld.log").read_text()
-    assert "unchanged: horusd receive: timeout" in log, [line for line in log.splitlines() if "horus:" in line][-5:]
+    # the 100 ms deadline ran out in receive, or (on a loaded machine) already before it: both are the
+    # hung-horusd path ("timeout" is what the circuit breaker counts, horus.is_timeout)
+    assert re.search(r"unchanged: horusd (receive: )?timeout", log), \
+        [line for line in log.splitlines() if "horus:" in line][-5:]
 
 
 def test_horus_sbatch_asks_the_real_horusd_and_the_job_runs_where_it_said(clean, tmp_path):
