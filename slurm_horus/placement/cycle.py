@@ -143,21 +143,11 @@ class PendingQueue:
         """Give the queued ``req`` a new ``predicted_duration`` (the duration estimator learned):
         the same as taking it out and adding it again, without touching the sorted keys when its
         queue key does not depend on the duration (FIFO)."""
-        key = self._jobs[req.job_id][0]
-        n = req.gpus_per_node * req.nodes
-        self.work -= req.expected_duration() * n  # (as remove, then add: the same float sums)
-        req.predicted_duration = seconds
-        new = (self.policy.queue_key(req), req.job_id)
-        if new != key:
-            self._own()
-            size = self._size(req)
-            self._delete(key, size)
-            self._insert(new, size)
-            self._jobs[req.job_id] = (new, req)
-        self.work += req.expected_duration() * n
+        self.retime_all([req], seconds)
 
     def retime_all(self, reqs: List[JobRequest], seconds: float):
-        """:meth:`retime` for each of ``reqs`` (queued jobs), in one call."""
+        """:meth:`retime` for each of ``reqs`` (queued jobs), in one call (the float sums as remove,
+        then add)."""
         jobs, key_of, work = self._jobs, self.policy.queue_key, self.work
         for req in reqs:
             job_id = req.job_id

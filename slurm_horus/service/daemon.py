@@ -189,13 +189,12 @@ class Placer:
         # a class the model does not know is treated as unknown: a GPU of its own unless share_unknown
         may_share = self.class_known(request.job_class) or self.share_unknown
         partitions = [p for p in request.partition.split(",") if p]
+        seconds, _, sigma = self.durations.seconds_spread(request.user, request.job_class, request.time_limit_s)
         return JobRequest(
             job_id=decision_id, job_class=request.job_class, gpus_per_node=request.gpus_per_node,
             nodes=request.nodes, partition=partitions[0] if partitions else "",
             extra_partitions=tuple(partitions[1:]), time_limit=request.time_limit_s, user=request.user,
-            submit_time=self.clock(),
-            predicted_duration=self.expected_duration(request.user, request.job_class, request.time_limit_s),
-            duration_sigma=self.durations.seconds_spread(request.user, request.job_class, request.time_limit_s)[2],
+            submit_time=self.clock(), predicted_duration=seconds, duration_sigma=sigma,
             # only a shard lets a second job join a GPU, and a shard is one GPU: indexed/node bindings
             # and multi-GPU jobs hold whole GPUs (the policy must not pair them: Slurm could not)
             exclusive=(not may_share or self.binding != "shard" or request.gpus_per_node * request.nodes > 1)

@@ -177,8 +177,7 @@ class HorusUtil(Policy):
             return ok
         c = cycle.class_id
         if len(state.gpu_types) == 1:
-            mat = self.pairs.matrix(state.gpu_types[0])
-            clash = np.append((mat[c] <= 0) | (mat[:, c] <= 0), False)  # trailing: an empty slot (-1)
+            clash = self._clash(state.gpu_types[0], c)
             if not clash.any():
                 return ok
             # a GPU with at most one job: its only resident is its first (gpu_class0; -1 when free);
@@ -191,8 +190,12 @@ class HorusUtil(Policy):
         residents = self._residents[cycle.idx]
         types = state.gpu_type_id[cycle.idx]
         for t in np.unique(types):
-            mat = self.pairs.matrix(state.gpu_types[t])
-            clash = np.append((mat[c] <= 0) | (mat[:, c] <= 0), False)  # trailing: an empty slot (-1)
             sel = types == t
-            ok[sel] = ~clash[residents[sel]].any(axis=1)
+            ok[sel] = ~self._clash(state.gpu_types[t], c)[residents[sel]].any(axis=1)
         return ok
+
+    def _clash(self, gpu_type: str, c: int) -> np.ndarray:
+        """Per resident class: whether class ``c`` and it are predicted not to fit together (a 0 either
+        way), with a trailing False for an empty slot (-1)."""
+        mat = self.pairs.matrix(gpu_type)
+        return np.append((mat[c] <= 0) | (mat[:, c] <= 0), False)
