@@ -294,8 +294,12 @@ end
 -- decision do not know it). The claim tells horusd to record the offer taken; until the header
 -- shows that claim recorded (``awaiting``: the id of the offer taken last), no offer is taken:
 -- one computed before the claim arrived would not know that GPU is taken.
--- Returns the offer (a parsed reply) and its version, or nil and why.
-function horus.find_offer(text, job_class, now, conf, spent, awaiting)
+-- Joint offers (the header says ``joint=K``: the first K lines): horusd computed each of them as if
+-- the joint offers before it were taken, so any of them may be taken together: from the version it
+-- took a joint offer from last (``taken_version``) the script may still take the joint offer of a
+-- class it has not taken from it (``taken``: class -> true), without waiting for its claims.
+-- Returns the offer (a parsed reply), its version and whether it is joint, or nil and why.
+function horus.find_offer(text, job_class, now, conf, spent, awaiting, taken_version, taken)
   if type(text) ~= "string" or text == "" then return nil, "no offers" end
   local header, rest = string.match(text, "^([^\n]*)\n(.*)$")
   if not header then return nil, "no offers" end
@@ -303,15 +307,24 @@ function horus.find_offer(text, job_class, now, conf, spent, awaiting)
   local generated = horus.offers_generated(header)
   if not version or not generated then return nil, "malformed offers" end
   if now - generated > conf.max_offer_age_s then return nil, "stale offers" end
-  if tonumber(version) <= (spent or 0) then return nil, "offers spent" end
-  if awaiting and string.match(header, ";claimed=([%w%-_]*);") ~= awaiting then return nil, "claim not seen yet" end
+  local joint = tonumber(string.match(header, ";joint=(%d+);") or "0")
+  local together = taken_version ~= nil and version == taken_version
+  if together then
+    if taken and taken[job_class] then return nil, "offer taken" end
+  else
+    if tonumber(version) <= (spent or 0) then return nil, "offers spent" end
+    if awaiting and string.match(header, ";claimed=([%w%-_]*);") ~= awaiting then return nil, "claim not seen yet" end
+  end
+  local index = 0
   for line in string.gmatch(rest, "[^\n]+") do
+    index = index + 1
     local class, kv = string.match(line, "^([^\t]+)\t(.*)$")
     if class == job_class then
+      if together and index > joint then return nil, "offer not joint" end
       local reply, why = horus.parse_reply(kv, conf)
       if not reply then return nil, why end
       if reply.action ~= "place" then return nil, "no offer" end
-      return reply, version
+      return reply, version, index <= joint
     end
   end
   return nil, "no offer for " .. job_class
@@ -679,6 +692,7 @@ pcall(function()
 end)
 
 local awaiting_claim = nil -- the offer this script took last, until horusd shows the claim recorded
+local taken_version, taken_classes = nil, {} -- the version it took from last, and the classes taken from it
 
 -- horusd's replies name the newest offers version when they were sent: offers up to it are spent.
 -- A reply also means horusd read the claim sent before the request on the same connection.
@@ -686,15 +700,22 @@ function horus.note_offers_version(reply)
   local version = reply and tonumber(reply.offers_version or "")
   if version and version > spent_offers then spent_offers = version end
   awaiting_claim = nil
+  taken_version, taken_classes = nil, {} -- offers computed before this decision do not know it
 end
 
 function horus.take_offer(job, submit_uid, env, conf)
   local socket_ok, socket = pcall(require, "socket")
   if not socket_ok then return nil end
   local job_class = horus.job_class(env, job.comment)
-  local offer, version = horus.find_offer(read_file(conf.socket .. ".offers"), job_class, socket.gettime(), conf,
-    spent_offers, awaiting_claim)
+  local offer, version, joint = horus.find_offer(read_file(conf.socket .. ".offers"), job_class, socket.gettime(),
+    conf, spent_offers, awaiting_claim, taken_version, taken_classes)
   if not offer then return nil end
+  if not joint then
+    taken_version, taken_classes = nil, {} -- computed on the state alone: nothing more from this version
+  elseif version ~= taken_version then
+    taken_version, taken_classes = version, {}
+  end
+  if joint then taken_classes[job_class] = true end
   spent_offers = tonumber(version)
   awaiting_claim = offer.id
   local token = horus.apply(job, offer)
@@ -731,6 +752,7 @@ function horus.submit(job, submit_uid)
     local offered = horus.take_offer(job, submit_uid, env, conf)
     if offered then return offered end
   end
+  taken_version, taken_classes = nil, {} -- horusd decides this one: joint offers do not know it
   local line = horus.build_request(job, submit_uid, request, env, horus.give_up_at(conf))
   local raw, ask_err = horus.ask(conf, line)
   if not raw then return "unchanged: horusd " .. tostring(ask_err) end

@@ -72,7 +72,7 @@ def claim(placer, **message):
 
 
 def offers_of(placer):
-    offers, generation, last_claim = placer.compute_offers()
+    offers, generation, last_claim, _joint = placer.compute_offers()
     return {k: v.wire() for k, v in offers.items()}, generation, last_claim
 
 
@@ -278,6 +278,48 @@ def test_offers_for_requested_classes_and_a_claim_records_the_offer():
     assert next_offers["lm-bs20"]["gpulist"] != offer["gpulist"]
 
 
+@pytest.mark.parametrize("taken", [(0, 1, 2), (0, 2), (1, 2), (2,), (0,)])
+def test_offers_are_joint_any_of_them_may_be_taken_together(taken):
+    """Each class's offer is computed as if the offers before it were taken (job_submit.lua takes
+    several of one version without waiting for its claims): three free GPUs go to three classes;
+    whichever of them are claimed, no GPU holds more than the policy allows, and computing them
+    leaves the state as it was."""
+    placer = make_placer(nodes=[node("n1", gpus=3)])
+    classes = ["resnet50-bs64", "lm-bs20", "transformer-bs64"]
+    for job_class in classes:
+        placer.offers.note_class(job_class)
+    jobs_before, version_before = dict(placer.state.jobs), placer.state.version
+    offers, _generation, _last = offers_of(placer)
+    assert placer.state.jobs == jobs_before and placer.state.busy_gpus() == 0  # the phantoms are gone
+    assert placer.state.version > version_before  # (they were there: caches keyed on it see a change)
+    assert list(offers) == classes
+    assert len({offers[c]["gpulist"] for c in classes}) == 3  # each knew those before it were taken
+    for i in taken:
+        claim(placer, id=offers[classes[i]]["id"])
+    placer.apply_claims()
+    assert all(offers[classes[i]]["id"] in placer.ledger for i in taken)
+    njobs = placer.state.gpu_njobs
+    assert max(njobs) <= 1 and sum(njobs) == len(taken)
+
+
+def test_no_joint_offer_shares_a_gpu_only_because_the_offers_before_it_took_the_free_ones():
+    placer = make_placer(nodes=[node("n1", gpus=2)])
+    for job_class in ["resnet50-bs64", "lm-bs20", "transformer-bs64"]:
+        placer.offers.note_class(job_class)
+    offers, _generation, _last, joint = placer.compute_offers()
+    # transformer-bs64 would pair with a phantom: its offer is computed on the state alone, after the
+    # joint ones (job_submit.lua takes it only as the first of its version)
+    assert list(offers) == ["resnet50-bs64", "lm-bs20", "transformer-bs64"] and joint == 2
+    assert {offer.mode for offer in offers.values()} == {"shareable"}
+    assert offers["transformer-bs64"].gpulist in (offers["resnet50-bs64"].gpulist, offers["lm-bs20"].gpulist)
+    assert len(placer.offers.offered) == 3  # the dropped joint offer cannot be claimed
+    # on a full cluster (nothing free to waste) joint offers may share
+    ask(placer, "resnet50-bs64")
+    ask(placer, "lm-bs20")
+    offers, _generation, _last, joint = placer.compute_offers()
+    assert joint == len(offers) > 0 and all(offer.mode == "shared" for offer in offers.values())
+
+
 def test_a_decision_applies_the_queued_claims_first():
     placer = make_placer(nodes=[node("n1", gpus=3)])
     first = ask(placer, "lm-bs20")
@@ -321,7 +363,7 @@ def test_held_or_dependent_pending_jobs_reserve_nothing():
 
 def read_offers(path):
     header, *lines = path.read_text().splitlines()
-    assert re.match(r"^version=\d+;claimed=[\w-]*;generated=\d+\.\d+$", header), header
+    assert re.match(r"^version=\d+;claimed=[\w-]*;joint=\d+;generated=\d+\.\d+$", header), header
     return int(header.split(";")[0].split("=")[1]), dict(line.split("\t", 1) for line in lines)
 
 

@@ -405,3 +405,19 @@ def test_a_burst_of_one_class_spreads_over_the_free_gpus(clean):
     assert all("horus:" in comment for _node, comment, _held in placed)
     gpus = {(node, tuple(held["shard"])) for node, _comment, held in placed}
     assert len(gpus) == 8, placed
+
+
+def test_a_burst_of_mixed_classes_spreads_over_the_free_gpus(clean):
+    # four classes in turn, back to back: job_submit.lua may take several offers of one version (joint
+    # offers) without waiting for its claims; eight jobs must still get eight different GPUs
+    classes = ["resnet50-bs64", "lm-bs20", "transformer-bs64", "resnet18-bs32"]
+    warm = [clean.sbatch(["--gres=gpu:1", f"--comment=class={c}"], FILLER) for c in classes]
+    wait_running(clean, warm)  # every class has asked once: horusd publishes an offer for each
+    clean.cancel_all_jobs()
+    settle(clean)
+    jobs = [clean.sbatch(["--gres=gpu:1", f"--comment=class={classes[i % 4]}"], FILLER) for i in range(8)]
+    wait_running(clean, jobs)
+    placed = [detail(clean, job) for job in jobs]
+    assert all("horus:" in comment for _node, comment, _held in placed)
+    gpus = {(node, tuple(held["shard"])) for node, _comment, held in placed}
+    assert len(gpus) == 8, placed

@@ -1,6 +1,7 @@
 """job_submit.lua's socket path in the real Lua 5.1 with Debian's lua-socket, against horusd's front:
 one kept connection for many submissions, a fresh one after horusd restarts, fail-open when gone."""
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -109,30 +110,32 @@ def write_offers(path, version, offer_id, claimed=""):
     os.replace(tmp, path)
 
 
-def test_which_offers_the_script_may_take(paths, tmp_path):
+@contextlib.contextmanager
+def submitting_script(paths, tmp_path, versions_in_replies):
+    """job_submit.lua loaded in a Lua 5.1 process next to a stand-in horusd front that records every
+    message and answers each place request with a decision naming the next of ``versions_in_replies``
+    (the offers version horusd had published when it replied). Yields (submit(job_class) -> the
+    job's admin comment, the messages seen)."""
     script, _driver, sock = paths
     submitter = tmp_path / "submit.lua"
     submitter.write_text(SUBMITTER)
     conf = tmp_path / "horus.conf"
     conf.write_text(f"socket = {sock}\ntimeout_ms = 2000\n")
-    offers = f"{sock}.offers"
-    write_offers(offers, 100, "hold")  # published before this script was loaded: maybe taken already
-    seen = []
-    versions_in_replies = iter([100, 102, 106, 106])  # what horusd had published when it replied
+    seen, versions = [], iter(versions_in_replies)
 
     def decide(message):
         seen.append(message)
         if message.get("op") == "claim":
             return None
-        return {**PLACED, "id": f"hask{len(seen)}", "offers_version": next(versions_in_replies)}
+        return {**PLACED, "id": f"hask{len(seen)}", "offers_version": next(versions)}
 
     front = Frontend(decide, sock)
     front.start()
     lua = subprocess.Popen([LUA, submitter, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                            env={**os.environ, "HORUS_CONFIG": str(conf)})
 
-    def submit():
-        lua.stdin.write("lm-bs20\n")
+    def submit(job_class="lm-bs20"):
+        lua.stdin.write(job_class + "\n")
         lua.stdin.flush()
         while True:
             line = lua.stdout.readline()
@@ -141,6 +144,17 @@ def test_which_offers_the_script_may_take(paths, tmp_path):
                 return line.split()[1]
 
     try:
+        yield submit, seen
+    finally:
+        lua.stdin.close()
+        lua.wait(10)
+        front.stop()
+
+
+def test_which_offers_the_script_may_take(paths, tmp_path):
+    offers = f"{paths[2]}.offers"
+    write_offers(offers, 100, "hold")  # published before this script was loaded: maybe taken already
+    with submitting_script(paths, tmp_path, [100, 102, 106, 106]) as (submit, seen):
         assert submit() == "horus:hask1"  # version 100 may be spent: ask
         write_offers(offers, 101, "h101")
         assert submit() == "horus:h101"  # taken without asking; the claim follows on the connection
@@ -156,12 +170,52 @@ def test_which_offers_the_script_may_take(paths, tmp_path):
         assert submit() == "horus:hask7"  # ... so that one, computed before the decision, is spent
         write_offers(offers, 107, "h107", claimed="h104")
         assert submit() == "horus:h107"
-    finally:
-        lua.stdin.close()
-        lua.wait(10)
-        front.stop()
     assert [m["op"] for m in seen] == ["place", "claim", "place", "claim", "claim", "place", "place", "claim"]
     assert [m["id"] for m in seen if m["op"] == "claim"] == ["h101", "h103", "h104", "h107"]
+
+
+def write_joint_offers(path, version, ids, claimed="", joint=None):
+    """An offers file with one offer per class (``ids``: {class: offer id}), the first ``joint`` (all,
+    by default) joint."""
+    import time
+
+    from slurm_horus.service.protocol import encode_kv, format_offers_header
+
+    lines = [format_offers_header(version, claimed, time.time(), len(ids) if joint is None else joint)]
+    for gpu, (job_class, offer_id) in enumerate(ids.items()):
+        lines.append(f"{job_class}\t" + encode_kv({**PLACED, "class": job_class, "id": offer_id,
+                                                   "tres": f"gres:shard:g{gpu}:1", "gpulist": f"n1:{gpu}"}))
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+def test_joint_offers_are_taken_together_one_per_class(paths, tmp_path):
+    """Joint offers (the header's joint=K first lines): after taking one, the script takes another
+    class's joint offer of the same version without waiting for its claim, never the same class's
+    twice; an offer that is not joint only as the first of its version; an ask ends the run (its
+    decision is not in those offers)."""
+    offers = f"{paths[2]}.offers"
+    write_joint_offers(offers, 100, {"lm": "hold"})  # published before this script was loaded
+    with submitting_script(paths, tmp_path, [100, 201, 201, 203, 205, 207]) as (submit, seen):
+        assert submit("lm") == "horus:hask1"  # version 100 may be spent: ask
+        write_joint_offers(offers, 200, {"lm": "h200a", "resnet": "h200b", "vit": "h200c"})
+        assert submit("lm") == "horus:h200a"
+        assert submit("resnet") == "horus:h200b"  # same version, another class: no wait for h200a's claim
+        assert submit("lm") == "horus:hask4"  # lm's offer of version 200 is taken
+        assert submit("vit") == "horus:hask5"  # that ask ended the run: version 200 is spent
+        write_joint_offers(offers, 202, {"lm": "h202a", "resnet": "h202b"}, joint=0)
+        assert submit("lm") == "horus:h202a"
+        assert submit("resnet") == "horus:hask7"  # not joint: wait for the claim, as before
+        write_joint_offers(offers, 204, {"lm": "h204a", "resnet": "h204b", "vit": "h204c"}, claimed="h202a",
+                           joint=2)
+        assert submit("vit") == "horus:h204c"  # an offer computed alone may be the first of its version
+        assert submit("lm") == "horus:hask9"  # ... and then nothing more from it
+        write_joint_offers(offers, 206, {"lm": "h206a", "resnet": "h206b", "vit": "h206c"}, joint=2)
+        assert submit("resnet") == "horus:h206b"
+        assert submit("vit") == "horus:hask11"  # not joint: not after another offer of its version
+    assert [m["id"] for m in seen if m["op"] == "claim"] == ["h200a", "h200b", "h202a", "h204c", "h206b"]
 
 
 HUNG_HORUSD = r"""

@@ -462,21 +462,54 @@ OFFERS = (
 def test_find_offer_twin(lua, text, job_class, now, spent, awaiting):
     horus = lua.globals().HORUS
     lua_offer, lua_version = pair(horus.find_offer(text, job_class, now, horus.parse_config(""), spent, awaiting))
-    py_offer, py_version = lua_twin.find_offer(text, job_class, now, lua_twin.parse_config(""), spent, awaiting)
+    py_offer, py_version = lua_twin.find_offer(text, job_class, now, lua_twin.parse_config(""), spent, awaiting)[:2]
     assert normalize(from_lua(lua_offer)) == normalize(py_offer)
     assert lua_version == py_version
 
 
+JOINT = OFFERS.replace("claimed=h0;", "claimed=h0;joint=1;")  # lm-bs20's offer is joint, the others not
+
+
+@pytest.mark.parametrize("taken_version, taken", [(None, None), ("7", None), ("7", {}), ("7", {"lm-bs20": True}),
+                                                  ("7", {"unknown": True}), ("6", {"unknown": True}), ("", {})])
+@pytest.mark.parametrize("spent, awaiting", [(0, None), (7, None), (7, "h9"), (8, "h9")])
+@pytest.mark.parametrize("text, job_class", [(JOINT, "lm-bs20"), (JOINT, "unknown"), (OFFERS, "lm-bs20"),
+                                             (JOINT.replace("joint=1;", "joint=2;"), "unknown"),
+                                             (JOINT.replace("joint=1;", "joint=0;"), "lm-bs20"),
+                                             (JOINT.replace("joint=1;", "joint=x;"), "lm-bs20"),
+                                             (JOINT.replace("version=7", "version=8"), "lm-bs20")])
+def test_find_offer_joint_twin(lua, text, job_class, spent, awaiting, taken_version, taken):
+    horus = lua.globals().HORUS
+    lua_taken = None if taken is None else to_lua(lua, taken)
+    lua_result = horus.find_offer(text, job_class, 1001.0, horus.parse_config(""), spent, awaiting, taken_version,
+                                  lua_taken)
+    py_result = lua_twin.find_offer(text, job_class, 1001.0, lua_twin.parse_config(""), spent, awaiting,
+                                    taken_version, taken)
+    lua_result = lua_result if isinstance(lua_result, tuple) else (lua_result,)
+    assert len(lua_result) == len(py_result)
+    assert normalize(from_lua(lua_result[0])) == normalize(py_result[0])
+    assert lua_result[1:] == py_result[1:]
+
+
 def test_find_offer_means_what_it_says():
     conf = lua_twin.parse_config("")
-    offer, version = lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf)
-    assert version == "7" and offer["tres"] == "gres:shard:g2:1" and offer["id"] == "h1"
+    offer, version, joint = lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf)
+    assert version == "7" and offer["tres"] == "gres:shard:g2:1" and offer["id"] == "h1" and joint is False
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1100.0, conf) == (None, "stale offers")
     assert lua_twin.find_offer(OFFERS, "bad", 1001.0, conf) == (None, "bad nodes")
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, spent=7) == (None, "offers spent")
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, spent=6)[1] == "7"
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, awaiting="h0")[1] == "7"
     assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, awaiting="h5") == (None, "claim not seen yet")
+    # joint offers: another class's joint offer of the version taken from, whatever is spent or awaited
+    assert lua_twin.find_offer(JOINT, "lm-bs20", 1001.0, conf)[2] is True
+    assert lua_twin.find_offer(JOINT, "lm-bs20", 1001.0, conf, 7, "h5", "7", {"unknown": True})[1:] == ("7", True)
+    assert lua_twin.find_offer(JOINT, "lm-bs20", 1001.0, conf, 7, "h5", "7", {"lm-bs20": True}) == \
+        (None, "offer taken")
+    assert lua_twin.find_offer(JOINT, "unknown", 1001.0, conf, 7, None, "7", {"lm-bs20": True}) == \
+        (None, "offer not joint")
+    assert lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, conf, 7, None, "7", {}) == (None, "offer not joint")
+    assert lua_twin.find_offer(JOINT, "lm-bs20", 1100.0, conf, 7, None, "7", {}) == (None, "stale offers")
 
 
 def test_every_setting_the_lua_reads_is_a_site_setting_with_the_same_default(lua):
@@ -525,7 +558,7 @@ def test_respell_tres_twin_property(lua, tres, prefix):
 
 def test_offer_taken_by_a_newer_slurm_job_is_respelled(lua):
     """An offer (spelled by horusd) applied to a 24.11 job comes out in 24.11's spelling."""
-    offer, _version = lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, lua_twin.parse_config(""))
+    offer, _version, _joint = lua_twin.find_offer(OFFERS, "lm-bs20", 1001.0, lua_twin.parse_config(""))
     job = to_lua(lua, {"tres_per_node": "gres/gpu:1"})
     lua.globals().HORUS.apply(job, to_lua(lua, offer))
     assert job.tres_per_node == "gres/shard:g2:1"

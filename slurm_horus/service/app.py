@@ -288,13 +288,14 @@ class Horusd:
         """
         placer = self.placer
         if self.config.offers:
-            offers, generation, last_claim = placer.compute_offers()
+            offers, generation, last_claim, joint = placer.compute_offers()
         else:
-            offers, generation, last_claim = {}, placer.generation, ""
+            offers, generation, last_claim, joint = {}, placer.generation, "", 0
         with self.offers_file.lock:
             if generation != placer.generation:
                 return False
-            self.offers_file.write({job_class: reply.wire() for job_class, reply in offers.items()}, last_claim)
+            self.offers_file.write({job_class: reply.wire() for job_class, reply in offers.items()}, last_claim,
+                                   joint)
         return True
 
     def state_changed(self):

@@ -226,70 +226,74 @@ class Placer:
         if request.opted_out:
             return unchanged("the user opted out (--horus-off, HORUS_OFF or horus=off): left to Slurm, never shared")
         with self.lock:
-            if request.records and not request.from_user:  # only job_submit.lua's classes get offers
-                self.offers.note_class(request.job_class)
-            self._apply_claims()
-            state = self.state
-            if state is None:
-                return unchanged("no cluster state yet")
-            if request.gpu_type and request.gpu_type not in state.gpu_types:
-                return unchanged(f"no GPU of type {request.gpu_type} here (horusd knows "
-                                 f"{', '.join(state.gpu_types) or 'none'}): left to Slurm")
-            decision_id = new_decision_id()
-            req = self.job_request(request, decision_id)
-            if request.from_user and request.records and \
-                    self.ledger.held_for_user(request.uid, self.clock()) + req.n_gpus > MAX_USER_HELD_GPUS:
-                return unchanged(f"uid {request.uid} holds {MAX_USER_HELD_GPUS} GPUs in unconfirmed decisions already")
-            # a job Slurm could start by preempting others is left to Slurm: kept, it would not preempt
-            # a job asking shards is never kept: the movable kept shape (gres:shard:1) would change
-            # its request; when there is no room now it is left to Slurm (fail open)
-            keeping = request.records and request.keep and self.queue_on and not request.shards and \
-                len(self.kept) + len(self.unseen_keeps) < MAX_KEPT and not self.preemption.may_preempt(request.partition)
-            if self.queue_on and request.records and self.queue_waiting():
-                if keeping:
-                    return self._keep(req, "jobs wait in horusd's queue: this one joins them", request.held)
-                if not request.keep:  # horus-sbatch: no overtaking either; job_submit.lua will keep it
-                    return unchanged("jobs wait in horusd's queue: this one joins them when submitted")
-            if self.left_to_slurm_since is not None:
-                why = "jobs left to Slurm may be starting: waiting for a fresh cluster state"
-                if keeping:
-                    return self._keep(req, why, request.held)
-                if request.records:
-                    # this job goes to Slurm unpinned too: only a state read after it may end the pause
-                    self._left_to_slurm()
-                return unchanged(why)
-            ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
-                                    waiting_gpus=self.pending_gpus + req.n_gpus)
-            decision = self.policy.decide(state, req, ctx, explain=request.explain)
-            # only for job_submit.lua (slurmctld): a request on the user socket is not trusted to take
-            # other jobs off the state
-            if not decision.placed and request.records and not request.from_user and not keeping and \
-                    may_reclaim(self.policy) and self.preemption.may_preempt(request.partition):
-                decision = self._reclaim(state, req, ctx, decision, request.explain)
-            if not decision.placed:
-                if keeping:
-                    return self._keep(req, decision.reason, request.held)
-                if request.records:
-                    self._left_to_slurm()
-                return unchanged(decision.reason, candidates=explain_candidates(decision),
-                                 **candidate_counts(decision, state), **self.class_fields(req.job_class))
-            # a job asking shards asked for a share of a GPU: the limit guards the interference
-            # model's pairing of whole-GPU jobs, not capacity the user chose to share
-            if decision.shared and not req.gpu_units and decision.predicted_slowdown > self.slowdown_limit:
-                why = f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit"
-                if keeping:
-                    return self._keep(req, why, request.held)
-                if request.records:
-                    self._left_to_slurm()
-                return unchanged(why)
-            reply = placement_reply(state, decision, req, self.binding, decision_id, self.state_age(),
-                                    self.gres_prefix)
-            reply.class_known, reply.class_suggestions = self._known_pair(req.job_class)
+            return self._place(request)
+
+    def _place(self, request: Request) -> Reply:
+        """:meth:`place`, the caller holding the lock."""
+        if request.records and not request.from_user:  # only job_submit.lua's classes get offers
+            self.offers.note_class(request.job_class)
+        self._apply_claims()
+        state = self.state
+        if state is None:
+            return unchanged("no cluster state yet")
+        if request.gpu_type and request.gpu_type not in state.gpu_types:
+            return unchanged(f"no GPU of type {request.gpu_type} here (horusd knows "
+                             f"{', '.join(state.gpu_types) or 'none'}): left to Slurm")
+        decision_id = new_decision_id()
+        req = self.job_request(request, decision_id)
+        if request.from_user and request.records and \
+                self.ledger.held_for_user(request.uid, self.clock()) + req.n_gpus > MAX_USER_HELD_GPUS:
+            return unchanged(f"uid {request.uid} holds {MAX_USER_HELD_GPUS} GPUs in unconfirmed decisions already")
+        # a job Slurm could start by preempting others is left to Slurm: kept, it would not preempt
+        # a job asking shards is never kept: the movable kept shape (gres:shard:1) would change
+        # its request; when there is no room now it is left to Slurm (fail open)
+        keeping = request.records and request.keep and self.queue_on and not request.shards and \
+            len(self.kept) + len(self.unseen_keeps) < MAX_KEPT and not self.preemption.may_preempt(request.partition)
+        if self.queue_on and request.records and self.queue_waiting():
+            if keeping:
+                return self._keep(req, "jobs wait in horusd's queue: this one joins them", request.held)
+            if not request.keep:  # horus-sbatch: no overtaking either; job_submit.lua will keep it
+                return unchanged("jobs wait in horusd's queue: this one joins them when submitted")
+        if self.left_to_slurm_since is not None:
+            why = "jobs left to Slurm may be starting: waiting for a fresh cluster state"
+            if keeping:
+                return self._keep(req, why, request.held)
             if request.records:
-                self._record(state, req, decision, reply, request.uid, from_user=request.from_user)
-            elif request.offer:
-                self.offers.made(decision_id, req, decision, reply, self.clock())
-            return reply
+                # this job goes to Slurm unpinned too: only a state read after it may end the pause
+                self._left_to_slurm()
+            return unchanged(why)
+        ctx = SchedulingContext(now=self.clock(), n_waiting=self.pending_jobs + 1,
+                                waiting_gpus=self.pending_gpus + req.n_gpus)
+        decision = self.policy.decide(state, req, ctx, explain=request.explain)
+        # only for job_submit.lua (slurmctld): a request on the user socket is not trusted to take
+        # other jobs off the state
+        if not decision.placed and request.records and not request.from_user and not keeping and \
+                may_reclaim(self.policy) and self.preemption.may_preempt(request.partition):
+            decision = self._reclaim(state, req, ctx, decision, request.explain)
+        if not decision.placed:
+            if keeping:
+                return self._keep(req, decision.reason, request.held)
+            if request.records:
+                self._left_to_slurm()
+            return unchanged(decision.reason, candidates=explain_candidates(decision),
+                             **candidate_counts(decision, state), **self.class_fields(req.job_class))
+        # a job asking shards asked for a share of a GPU: the limit guards the interference
+        # model's pairing of whole-GPU jobs, not capacity the user chose to share
+        if decision.shared and not req.gpu_units and decision.predicted_slowdown > self.slowdown_limit:
+            why = f"predicted slowdown {decision.predicted_slowdown:.2f} over the limit"
+            if keeping:
+                return self._keep(req, why, request.held)
+            if request.records:
+                self._left_to_slurm()
+            return unchanged(why)
+        reply = placement_reply(state, decision, req, self.binding, decision_id, self.state_age(),
+                                self.gres_prefix)
+        reply.class_known, reply.class_suggestions = self._known_pair(req.job_class)
+        if request.records:
+            self._record(state, req, decision, reply, request.uid, from_user=request.from_user)
+        elif request.offer:
+            self.offers.made(decision_id, req, decision, reply, self.clock())
+        return reply
 
     def _reclaim(self, state, req, ctx, failed, explain):
         """The policy's reclaim (DeepBoot), taken by the scheduling cycle's own step
@@ -405,26 +409,59 @@ class Placer:
 
     # ---- offers: the next placement of a 1-GPU job of each class, for job_submit.lua ----------
     def compute_offers(self):
-        """({class: reply}, generation, last claim): where a 1-GPU job of each recently requested class
-        would go now, the state generation they were computed on (publish them only if it is still
-        current) and the last claim that state includes (job_submit.lua waits for its own).
+        """({class: reply}, generation, last claim, joint): where a 1-GPU job of each recently requested
+        class would go now, the state generation they were computed on (publish them only if it is
+        still current), the last claim that state includes (job_submit.lua waits for its own), and how
+        many of the offers, the first ones in order, are joint.
 
-        Not recorded: job_submit.lua takes one offer per published version and then *claims* it
-        (:meth:`claim`), which records it; every other offer of that version is dead for it.
+        *Joint* offers are computed each as if the joint offers before it were taken, so job_submit.lua
+        may take any of them together, one per class, without waiting for its claims to be recorded
+        (a burst of several classes then asks horusd nothing). Taking only some of them leaves more
+        room than each assumed: none can overfill a GPU. A class whose joint offer would share a GPU
+        while the cluster has a free one (the offers before it took those) gets an offer computed on
+        the state alone instead, after the joint ones: taken alone it would pair a job needlessly, and
+        job_submit.lua takes it only as the first offer of its version.
+
+        Not recorded: job_submit.lua takes an offer and then *claims* it (:meth:`claim`), which
+        records it. Computed under the lock (the phantoms of the joint offers must not be seen by
+        anything else).
         """
+        def offer(job_class):
+            reply = self._place(Request("place", job_class=job_class, gpus_per_node=1, nodes=1, offer=True))
+            return reply if reply.placed and reply.binding != "node" else None
+
         with self.lock:
             self._apply_claims()
             generation, last_claim = self.generation, self.offers.last_claim
             if self.state is None or self.left_to_slurm_since is not None or self.queue_waiting():
-                return {}, generation, last_claim  # waiting jobs go first: nobody may overtake them
-            classes = list(self.offers.requested_classes)
+                return {}, generation, last_claim, 0  # waiting jobs go first: nobody may overtake them
             self.offers.forget_older_than(self.clock() - self.ledger.ttl_s)
-        offers = {}
-        for job_class in classes:
-            reply = self.place(Request("place", job_class=job_class, gpus_per_node=1, nodes=1, offer=True))
-            if reply.placed and reply.binding != "node":
-                offers[job_class] = reply
-        return offers, generation, last_claim
+            state, joint, alone, phantoms = self.state, {}, [], []
+            free = state.n_free  # before the phantoms
+            try:
+                for job_class in list(self.offers.requested_classes):
+                    reply = offer(job_class)
+                    if reply is None:
+                        continue
+                    req, decision, _reply, _made = self.offers.offered[reply.id]
+                    if phantoms and free and decision.shared:
+                        self.offers.take(reply.id)  # never published: it cannot be claimed
+                        alone.append(job_class)
+                        continue
+                    joint[job_class] = reply
+                    phantom = self.policy.running_job(req, decision, self.clock())
+                    phantom.job_id = f"offer-{reply.id}"
+                    phantom.exclusive = reply.mode == "exclusive"
+                    phantoms.append(state.place(phantom))
+            finally:
+                for phantom in reversed(phantoms):
+                    state.release(phantom.job_id)
+            offers = dict(joint)
+            for job_class in alone:
+                reply = offer(job_class)
+                if reply is not None:
+                    offers[job_class] = reply
+        return offers, generation, last_claim, len(joint)
 
     def claim(self, request: Request):
         """job_submit.lua applied an offer (it does not wait for an answer). Queued, not applied yet:

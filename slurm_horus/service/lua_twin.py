@@ -384,10 +384,12 @@ def breaker_after(breaker, timed_out, now, conf):
     return breaker
 
 
-def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
-    """The offer for ``job_class`` in horusd's offers file: (reply, version) or (None, why).
+def find_offer(text, job_class, now, conf, spent=0, awaiting=None, taken_version=None, taken=None):
+    """The offer for ``job_class`` in horusd's offers file: (reply, version, joint) or (None, why).
     Versions up to ``spent`` may not be taken (job_submit.lua: the one it took, or the one horusd's
-    last reply named), nor any until the header's ``claimed=`` shows the claim of offer ``awaiting``."""
+    last reply named), nor any until the header's ``claimed=`` shows the claim of offer ``awaiting``;
+    except the joint offer (one of the header's ``joint=K`` first lines) of a class not in ``taken``
+    from the version ``taken_version`` the script took a joint offer from last."""
     if not isinstance(text, str) or text == "":
         return None, "no offers"
     header, sep, rest = text.partition("\n")
@@ -400,18 +402,29 @@ def find_offer(text, job_class, now, conf, spent=0, awaiting=None):
         return None, "malformed offers"
     if now - generated > conf["max_offer_age_s"]:
         return None, "stale offers"
-    if int(version) <= (spent or 0):
-        return None, "offers spent"
-    claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
-    if awaiting is not None and (claimed.group(1) if claimed else None) != awaiting:  # Lua: "" is true
-        return None, "claim not seen yet"
-    for line in rest.split("\n"):
+    joint = re.search(r";joint=([0-9]+);", header)
+    joint = int(joint.group(1)) if joint else 0
+    together = taken_version is not None and version == taken_version
+    if together:
+        if taken and job_class in taken:
+            return None, "offer taken"
+    else:
+        if int(version) <= (spent or 0):
+            return None, "offers spent"
+        claimed = re.search(r";claimed=([A-Za-z0-9\-_]*);", header)
+        if awaiting is not None and (claimed.group(1) if claimed else None) != awaiting:  # Lua: "" is true
+            return None, "claim not seen yet"
+    index = 0
+    for line in re.findall(r"[^\n]+", rest):
+        index += 1
         match = re.match(r"^([^\t]+)\t(.*)\Z", line, re.S)
         if match and match.group(1) == job_class:
+            if together and index > joint:
+                return None, "offer not joint"
             reply, why = parse_reply(match.group(2), conf)
             if reply is None:
                 return None, why
             if reply.get("action") != "place":
                 return None, "no offer"
-            return reply, version
+            return reply, version, index <= joint
     return None, "no offer for " + job_class

@@ -77,11 +77,13 @@ class OffersFile:
             return 0
         return version or 0
 
-    def write(self, offers, last_claim=""):
-        """Replace the file (caller holds ``lock``); ``offers``: {class: reply wire dict}."""
+    def write(self, offers, last_claim="", joint=0):
+        """Replace the file (caller holds ``lock``); ``offers``: {class: reply wire dict}, in the order
+        they were computed; the first ``joint`` of them were computed each as if those before it
+        were taken (Placer.compute_offers)."""
         self.version += 1
-        lines = [format_offers_header(self.version, last_claim, time.time())]
-        lines += [f"{job_class}\t{encode_kv(reply)}" for job_class, reply in sorted(offers.items())]
+        lines = [format_offers_header(self.version, last_claim, time.time(), joint)]
+        lines += [f"{job_class}\t{encode_kv(reply)}" for job_class, reply in offers.items()]
         tmp = f"{self.path}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -382,8 +382,10 @@ def encode_kv(reply: dict) -> str:
 
 # ---- the offers file (job_submit.lua reads it; docs/horusd.md) ----------------------------------
 
-def format_offers_header(version, claimed, generated):
-    return f"version={version};claimed={claimed};generated={generated:.3f}"
+def format_offers_header(version, claimed, generated, joint=0):
+    """``joint``: the first ``joint`` offers were computed each as if those before it were taken (they
+    may be taken together)."""
+    return f"version={version};claimed={claimed};joint={int(joint)};generated={generated:.3f}"
 
 
 def parse_offers_header(header):
