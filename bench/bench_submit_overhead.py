@@ -3,7 +3,8 @@
 Two local clusters side by side (real Slurm 22.05 daemons): A runs slurm-horus (job_submit.lua asking
 horusd or taking its offers, binding shard, the site default refresh), B has JobSubmitPlugins off. Submissions alternate A, B, A, B... (>= 200
 each; GPU jobs with a known class so horusd really decides), held (-H) so the clusters stay idle.
-Prints JSON: medians, p90, and the ratio A/B. Goal: ratio <= 1.15. Needs root and the Debian
+Prints JSON: medians, p90, and the ratio A/B (goal <= 1.15); the plugin cluster's sbatch median by
+the Lua's path (a published offer taken, horusd asked and "placed", "kept" for its queue, ...). Needs root and the Debian
 packages (as `make test` installs); reads no ../shared data.
 """
 
@@ -46,6 +47,12 @@ def main():
             for cluster in (first, second):
                 (horus_ms if cluster is with_horus else plain_ms).append(submit(cluster, classes[i % 4]))
         log = (with_horus.root / "log" / "slurmctld.log").read_text()
+        outcomes = re.findall(r"lua: horus: job name=wrap uid=0 (\w+).*?( \(offer \d+\))?( \([0-9.]+ ms\))?$", log, re.M)
+        # one line per submission, in order (the first 10 were the warm-up): sbatch wall time by path
+        paths = {}
+        if len(outcomes) == len(horus_ms) + 10:
+            for (outcome, offer, _ms), wall in zip(outcomes[10:], horus_ms):
+                paths.setdefault("offer" if offer else outcome, []).append(wall)
         placed = log.count("lua: horus: job name=wrap uid=0 placed")
         lua_ms = [float(m) for m in re.findall(r"lua: horus: job name=wrap .*\(([0-9.]+) ms\)$", log, re.M)]
         out = {
@@ -58,6 +65,8 @@ def main():
             "goal_ratio": 1.15, "decisions_placed_by_horusd": placed,
             "of_which_from_offers": log.count(" (offer "),
             "lua_median_ms": round(statistics.median(lua_ms), 3) if lua_ms else None, "load_average": os.getloadavg()[0],
+            "horus_median_ms_by_path": {path: {"n": len(walls), "median_ms": round(statistics.median(walls), 2)}
+                                        for path, walls in sorted(paths.items())},
         }
         print(json.dumps(out, indent=2))
     finally:
