@@ -11,7 +11,9 @@ Reads the shared data folder (``$HORUS_SHARED_DATA`` or ``../shared/data``; not 
 The policies never see the truth: ``horus-util``'s utilizations are predicted from the models'
 features (``interference/utilmodel.py``: its analytic prior, since nothing measured is given to it),
 and its pair predictions (used only to keep pairs predicted not to fit apart) are the built-in
-priors, which know nothing of Lucid's classes. Prints JSON: per truth and load, makespan, mean JCT
+priors, which know nothing of Lucid's classes. ``--lucid-measured`` gives them Lucid's measured solo
+profiles instead on the ``lucid`` truth (utilization and memory as NVML would read them live: a
+measured utilization wins over the prediction). Prints JSON: per truth and load, makespan, mean JCT
 and effective utilization of each policy and their change vs ``slurm-default``.
 """
 
@@ -38,14 +40,38 @@ def lucid_truth():
     return Truth(observations, classes=classes, name="lucid", scaling={})
 
 
+def lucid_profiles_csv() -> str:
+    """Lucid's solo profiles written to a temporary profiles CSV (removed at exit)."""
+    import atexit
+    import csv
+    import os
+    import tempfile
+
+    from slurm_horus.interference.io import PROFILE_COLUMNS
+
+    profiles, _, _ = load_lucid()
+    handle, path = tempfile.mkstemp(suffix=".csv", prefix="lucid-profiles-")
+    atexit.register(os.unlink, path)
+    with os.fdopen(handle, "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(PROFILE_COLUMNS)
+        for p in profiles:
+            writer.writerow(["" if getattr(p, c) is None else getattr(p, c) for c in PROFILE_COLUMNS])
+    return path
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=4000)
     parser.add_argument("--loads", default="3.0")
     parser.add_argument("--policies", default="slurm-default,horus-util")
     parser.add_argument("--truths", default="gavel,lucid")
+    parser.add_argument("--lucid-measured", action="store_true",
+                        help="give the policies Lucid's measured solo profiles (utilization, memory) on the "
+                             "lucid truth, as NVML readings would live (evaluation only)")
     args = parser.parse_args()
     out = {}
+    measured = lucid_profiles_csv() if args.lucid_measured else None
     for name in args.truths.split(","):
         truth, cluster = (load_truth("gavel:v100"), "16x4:v100") if name == "gavel" else \
             (lucid_truth(), f"16x4:{LUCID_GPU}")
@@ -55,7 +81,8 @@ def main():
             job.job_class = None  # drawn from the truth's classes by seed
         base = offered_load(jobs, sum(g.nodes * g.gpus_per_node for g in groups))
         for load in (float(x) for x in args.loads.split(",")):
-            results = run_policies(jobs, groups, truth, args.policies.split(","), seed=0, load=load / base)
+            results = run_policies(jobs, groups, truth, args.policies.split(","), seed=0, load=load / base,
+                                   profiles_path=measured if name == "lucid" else None)
             summaries = {r.policy: summarize(r) for r in results}
             default = summaries["slurm-default"]
             out[f"{name}@{load}"] = {

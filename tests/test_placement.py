@@ -257,6 +257,25 @@ def test_horus_util_packs_up_to_three_jobs_and_checks_every_resident():
     assert not run(policy, state, JobRequest("y2", "y")).placed  # never a fourth
 
 
+def test_horus_util_utilization_cap_option_shares_only_below_the_sum():
+    """``max_util_sum`` (off by default, not the reference's rule): a GPU is shared only while the
+    predicted utilization sum stays at or under it; a free GPU is always allowed."""
+    state = cluster(1, 2)
+    util = {"a": 60.0, "b": 30.0, "n": 40.0}
+    state.place(RunningJob("ra", "a", (0,), 0.0, 100.0))
+    state.place(RunningJob("rb", "b", (1,), 0.0, 100.0))
+    default = horus_util(state, TablePredictor(default=0.7), util)
+    assert run(default, state, JobRequest("n1", "n")).gpu_ids == (0,)  # a+n = 100 %: least cost
+    state.release("n1")
+    capped = make_policy("horus-util/max_util_sum=80", models_for(state, TablePredictor(default=0.7)))
+    capped.utilization.update({("v100", c): u for c, u in util.items()})
+    capped._per_type.clear()
+    assert run(capped, state, JobRequest("n2", "n")).gpu_ids == (1,)  # only b+n = 70 % stays under 80 %
+    state.release("n2")
+    capped.max_util_sum = 60.0
+    assert not run(capped, state, JobRequest("n3", "n")).placed  # both sums over 60 %: it waits
+
+
 def test_horus_util_sums_follow_the_state_change_log_through_trims():
     """horus-util keeps per-GPU utilization, memory and resident classes from the state's change log;
     after random places and releases (a job re-placed under its id included, the log trimmed) they
