@@ -294,6 +294,7 @@ def test_offers_are_joint_any_of_them_may_be_taken_together(taken):
     assert placer.state.version > version_before  # (they were there: caches keyed on it see a change)
     assert list(offers) == classes
     assert len({offers[c]["gpulist"] for c in classes}) == 3  # each knew those before it were taken
+    assert not placer.policy.fragmentation.counts  # the phantoms did not run: the workload is unchanged
     for i in taken:
         claim(placer, id=offers[classes[i]]["id"])
     placer.apply_claims()

@@ -342,7 +342,13 @@ class Policy:
 
     # ---- applying a decision --------------------------------------------------------------------
     def running_job(self, req: JobRequest, decision: Decision, now: float) -> RunningJob:
-        """The RunningJob record for a placed decision (expected end from the predictions)."""
+        """The decision is applied: the job runs. Its record is :meth:`job_record`'s; a policy that
+        learns from what runs (the workload FGD measures against, exploration counts) hooks here."""
+        return self.job_record(req, decision, now)
+
+    def job_record(self, req: JobRequest, decision: Decision, now: float) -> RunningJob:
+        """The RunningJob record for a placed decision (expected end from the predictions), without
+        any side effect (horusd's joint offers place such records as phantoms)."""
         tput = decision.predicted_norm_tput if decision.predicted_norm_tput > 0 else 1.0
         return RunningJob(req.job_id, req.job_class, decision.gpu_ids, now,
                           now + req.expected_duration() / tput, exclusive=req.exclusive,

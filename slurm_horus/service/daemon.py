@@ -449,7 +449,7 @@ class Placer:
                         alone.append(job_class)
                         continue
                     joint[job_class] = reply
-                    phantom = self.policy.running_job(req, decision, self.clock())
+                    phantom = self.policy.job_record(req, decision, self.clock())  # not a job that runs
                     phantom.job_id = f"offer-{reply.id}"
                     phantom.exclusive = reply.mode == "exclusive"
                     phantoms.append(state.place(phantom))

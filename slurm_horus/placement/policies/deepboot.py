@@ -137,8 +137,8 @@ class DeepBoot(Policy):
             score = score + 2.0 * state.partition_mask[req.partition][idx]
         return np.where(empty | on_pod, score, -np.inf)
 
-    def running_job(self, req, decision, now):
-        job = super().running_job(req, decision, now)
+    def job_record(self, req, decision, now):
+        job = super().job_record(req, decision, now)
         job.application = req.application
         job.elastic = req.elastic
         return job

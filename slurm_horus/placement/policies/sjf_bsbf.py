@@ -164,8 +164,8 @@ class SJFBSBF(SJFMixin, Policy):
         self._variant_of_gpu = {}
         return decision
 
-    def running_job(self, req, decision, now):
-        job = super().running_job(req, decision, now)
+    def job_record(self, req, decision, now):
+        job = super().job_record(req, decision, now)
         if decision.micro_batch:
             job.job_class = with_batch(req.job_class, decision.micro_batch)  # what runs (and interferes)
         return job
