@@ -231,3 +231,142 @@ def test_node_list_errors_name_file_and_line(tmp_path):
     bad.write_text("sn,cpu_milli,memory_mib,gpu,model\na,1000,1000,2,Z9\n")
     with pytest.raises(InputError, match="n.csv:2: unknown GPU type 'z9'"):
         parse_cluster(str(bad))
+
+
+def test_typical_shapes_with_cpu_only_shapes_and_fgd_tie_order():
+    counts = {Shape(0, 0, 8000): 40, Shape(500, 1, 4000): 40, Shape(500, 1, 6000): 10, Shape(0, 1, 4000): 10,
+              Shape(250, 1, 2000): 1}
+    gpu_only = [s for s, _ in typical_shapes(counts)]
+    assert Shape(0, 0, 8000) not in gpu_only
+    with_cpu = typical_shapes(counts, include_cpu=True)
+    # equal counts in FGD's order, the larger request first: 8 CPUs before 4, 6 CPUs before 4
+    assert [s for s, _ in with_cpu] == [Shape(0, 0, 8000), Shape(500, 1, 4000), Shape(500, 1, 6000),
+                                        Shape(0, 1, 4000)]
+    assert sum(p for _, p in with_cpu) == pytest.approx(1.0)
+
+
+def test_cpu_only_shapes_count_every_free_gpu_and_shift_every_increase_alike():
+    state = ClusterState()
+    state.add_node("a", "t4", 2, 16000, cpu_milli=16000)
+    state.add_node("b", "t4", 2, 16000, cpu_milli=16000)
+    state.build()
+    state.place(RunningJob("j", "x", (0,), 0, 1, gpu_units=300, cpu_milli=1000))
+    prior = {Shape(500, 1, 1000): 1, Shape(0, 0, 1000): 1}
+    gpu_only = FragmentationModel(prior)
+    with_cpu = FragmentationModel(prior, include_cpu=True)
+    free = 700 + 1000 + 2000
+    # GPU shapes: 700 milli of GPU 0 unusable for 500 milli? no (700 >= 500): no fragment; CPU shape: all
+    assert gpu_only.total(state) == pytest.approx(0.0)
+    assert with_cpu.total(state) == pytest.approx(0.5 * free)
+    req = JobRequest("r", "x", gpu_units=400, cpu_milli=1000)
+    gpus = np.arange(state.n_gpus)
+    d_gpu, d_cpu = gpu_only.delta_for(state, req, gpus), with_cpu.delta_for(state, req, gpus)
+    # the CPU shape's share of the increase is the same everywhere: -p * 400 milli taken
+    assert np.allclose(d_cpu - 0.5 * d_gpu, -0.5 * 400)
+
+
+def test_tie_break_order_takes_the_first_node_of_a_seeded_order():
+    def empty():
+        state = ClusterState()
+        for k in range(6):
+            state.add_node(f"n{k}", "t4", 2, 16000, cpu_milli=16000)
+        state.build()
+        return state
+
+    m = models()
+    m.workload = {Shape(500, 1, 1000): 1}
+    req = JobRequest("r", "x", gpu_units=500, cpu_milli=1000)
+    first = make_policy("fgd/quantize=true", m).decide(empty(), req)
+    assert first.nodes == ["n0"]  # first fit
+    chosen = {}
+    for seed in range(6):
+        policy = make_policy(f"fgd/quantize=true/tie_break=order/seed={seed}", m)
+        a, b = policy.decide(empty(), req), policy.decide(empty(), req)
+        assert a.nodes == b.nodes  # the same order for every decision of a run
+        assert a.gpus[a.nodes[0]] == [0]  # inside the node: the first GPU of the best score
+        chosen[seed] = a.nodes[0]
+    assert len(set(chosen.values())) > 1  # the order depends on the seed
+    state = empty()
+    policy = make_policy("fgd/quantize=true/tie_break=order/seed=3", m)
+    for k in range(4):
+        decision = policy.decide(state, JobRequest(f"q{k}", "x", gpu_units=500, cpu_milli=1000))
+        state.place(policy.running_job(JobRequest(f"q{k}", "x", gpu_units=500, cpu_milli=1000), decision, 0))
+    # equal nodes are filled in order: 4 halves on 2 GPUs of one node, not spread
+    assert int((state.gpu_used > 0).sum()) == 2 and len(set(state.gpu_node[state.gpu_used > 0])) == 1
+    with pytest.raises(ValueError, match="tie_break"):
+        make_policy("fgd/tie_break=sometimes", m)
+
+
+def test_bestfit_quantized_scores_are_the_plugins_normalized_integers():
+    state = cluster()
+    fill_randomly(state)
+    m = models()
+    m.workload = dict(PRIOR)
+    policy = make_policy("bestfit/quantize=true", m)
+    req = JobRequest("r", "x", gpu_units=250, cpu_milli=2000)
+    nodes = np.arange(len(state.nodes))
+    node_score = policy._node_score(state, req, nodes, 250.0)
+    assert np.array_equal(node_score, np.floor(node_score))
+    exact = make_policy("bestfit", m)._node_score(state, req, nodes, 250.0)
+    assert node_score[np.argmax(exact)] == node_score.max()  # the exact best node scores best
+    assert node_score.min() == 0.0 and node_score.max() == 100.0
+
+
+def test_inflate_keeping_the_trace_offers_every_request_then_draws():
+    from slurm_horus.sim.arrivals import inflate_trace, requested_gpus
+    from slurm_horus.sim.traces import TraceJob
+    jobs = [TraceJob(f"j{k}", 0.0, 10.0, 1, gpu_milli=[250, 1000][k % 2]) for k in range(40)]
+    asked = sum(requested_gpus(j) for j in jobs)  # 25 GPUs
+    out = inflate_trace(jobs, 20, 1.5, seed=4, keep_trace=True)
+    ids = [j.job_id.split("#")[0] for j in out]
+    assert sorted(ids[:40]) == sorted(j.job_id for j in jobs)  # each once, first
+    assert ids[:40] != [j.job_id for j in jobs]  # shuffled
+    total = sum(requested_gpus(j) for j in out)
+    assert asked < total <= 30.0 + 1e-9 and total > 30.0 - 1.0  # within the target, up to one request short
+    fewer = inflate_trace(jobs, 20, 1.0, seed=4, keep_trace=True)  # the trace asks more: some dropped
+    assert 19.0 <= sum(requested_gpus(j) for j in fewer) <= 20.0 + 1e-9
+    base = [j.job_id.split("#")[0] for j in fewer]
+    assert len(set(base)) == len(base) < 40  # no draw, each kept request once
+
+
+def test_cli_inflate_keep_trace(tmp_path):
+    nodes, pods = write_fgd_files(tmp_path, 60)  # the trace asks less than 130 % of the 50 GPUs
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(simulate, [
+        "--trace", pods, "--cluster", nodes, "--no-departure", "--inflate", "1.3", "--inflate-keep-trace",
+        "--shuffle-seed", "1", "--policy", "fgd/quantize=true/tie_break=order/cpu_shapes=true,bestfit",
+        "--truth", "none", "--gpu-memory-mb", "G2=32768", "--json", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["inflate_keep_trace"] is True and data["requests"] > 60
+    for s in data["policies"].values():
+        assert 125.0 < s["arrived_gpu_pct"] <= 130.0 + 1e-6 and s["over_capacity_gpus"] == 0
+    bad = CliRunner().invoke(simulate, ["--trace", pods, "--cluster", nodes, "--truth", "none", "--no-departure",
+                                        "--gpu-memory-mb", "G2=32768", "--inflate-keep-trace"])
+    assert bad.exit_code != 0 and "--inflate-keep-trace goes with --inflate" in bad.output + str(bad.exception)
+
+
+def test_bench_fgd_reads_fgd_files_from_a_directory(tmp_path):
+    """bench/bench_fgd.py --fgd-data: FGD's file names, FGD's inflation, the aliases seeded per run."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    nodes, pods = write_fgd_files(tmp_path, 60)
+    data = tmp_path / "fgd"
+    data.mkdir()
+    Path(nodes).rename(data / "openb_node_list_gpu_node.csv")
+    Path(pods).rename(data / "openb_pod_list_default.csv")
+    bench = Path(__file__).resolve().parent.parent / "bench" / "bench_fgd.py"
+    run = subprocess.run([sys.executable, str(bench), "--fgd-data", str(data), "--seeds", "1,2",
+                          "--policies", "fgd-paper,bestfit-paper"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["workload"] == "FGD's openb files" and out["keep_trace"] is True
+    assert out["cluster"] == {"gpu_nodes": 10, "gpus": 50} and out["trace_requests"] == 60
+    fgd = out["policies"]["fgd-paper"]
+    assert fgd["spec"] == "fgd/quantize=true/tie_break=order/cpu_shapes=true/seed=SEED"
+    assert fgd["published"] == 95.4 and len(fgd["per_seed"]) == 2 and fgd["over_capacity_gpus"] == 0
+    assert all(125.0 < a <= 130.0 for a in fgd["arrived_pct_at_end"])
+    missing = subprocess.run([sys.executable, str(bench), "--fgd-data", str(tmp_path / "none")],
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0 and "no such file" in missing.stderr

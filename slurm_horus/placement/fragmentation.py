@@ -17,10 +17,17 @@ Our reading:
 * units: a GPU has ``gpu_cap`` units (1000 milli-GPU in the simulator, its shard count on a live
   cluster); a shape asks ``units`` of one GPU (Slurm's ``shard:N``: N units of whichever GPU) or,
   with ``units == 0``, whole GPUs. Amounts are reported in milli-GPU (units × 1000 / cap).
-* CPU-only shapes are left out of the typical set (FGD's configuration option, off in its runs);
-  host memory is checked by the filter but is not a fragmentation dimension (FGD's is CPU only).
+* CPU-only shapes: left out of the typical set by default; with ``include_cpu`` they join it as in
+  FGD's runs (its ``isInvolvedCpuPods``, on by default there) and, as FGD's code counts them, every free
+  milli-GPU of a node is a fragment for a CPU-only shape (it can use none of it). That adds the same
+  amount to every candidate's increase, so it changes nothing under exact scores; it matters only
+  through the renormalized weights of the GPU shapes and FGD's integer scores. Host memory is checked
+  by the filter but is not a fragmentation dimension (FGD's is CPU only).
+* typical set: ties in count are ordered as FGD orders them (the larger request first: CPUs, then
+  milli-GPU per GPU, then GPU count, then GPU types).
 * ties between equal increases go to the lowest GPU id (first fit); FGD's Kubernetes plugin rounds a
-  sigmoid of the increase to an integer score 0–100 and breaks ties at random (see docs/placement.md).
+  sigmoid of the increase to an integer score 0–100 and its scheduler takes, among equal nodes, the
+  first of a node order drawn per seed (``policies/fgd.py``'s ``quantize``, ``tie_break=order``).
 * a GPU running an interference-shared whole-GPU job (the older sharing model) has no units left.
 
 Speed: per node the model caches, for every typical shape, the count of GPUs with room and the free
@@ -56,14 +63,21 @@ def shape_of(req: JobRequest) -> Shape:
     return Shape(int(req.gpu_units), int(req.n_gpus), float(req.cpu_milli), types)
 
 
-def typical_shapes(counts: Dict[Shape, float], coverage: float = COVERAGE) -> List[Tuple[Shape, float]]:
-    """The most frequent GPU shapes making up ``coverage`` of the GPU requests, with renormalized
-    weights (ties in count: the smaller request first, so the choice is reproducible)."""
-    gpu = [(s, c) for s, c in counts.items() if s.n_gpus > 0 and c > 0]
+def _fgd_order(shape: Shape):
+    """FGD's order of request shapes (its ``PodResource.Less``): CPUs, milli-GPU per GPU, GPUs, types."""
+    milli = shape.units if shape.units > 0 else (1000 if shape.n_gpus else 0)
+    return (shape.cpu_milli, milli, shape.n_gpus, "|".join(shape.gpu_types))
+
+
+def typical_shapes(counts: Dict[Shape, float], coverage: float = COVERAGE,
+                   include_cpu: bool = False) -> List[Tuple[Shape, float]]:
+    """The most frequent shapes making up ``coverage`` of the requests (the GPU requests only unless
+    ``include_cpu``), with renormalized weights; ties in count in FGD's order (the larger first)."""
+    gpu = [(s, c) for s, c in counts.items() if (s.n_gpus > 0 or include_cpu) and c > 0]
     total = sum(c for _, c in gpu)
     if not total:
         return []
-    gpu.sort(key=lambda sc: (-sc[1], sc[0].n_gpus, sc[0].units, sc[0].cpu_milli, sc[0].gpu_types))
+    gpu.sort(key=lambda sc: (sc[1], _fgd_order(sc[0])), reverse=True)
     out, cum = [], 0.0
     for s, c in gpu:
         out.append((s, c))
@@ -81,9 +95,11 @@ class FragmentationModel:
     have grown by half since it was last taken (it is stable once a workload has been seen).
     """
 
-    def __init__(self, prior: Optional[Dict[Shape, float]] = None, coverage: float = COVERAGE):
+    def __init__(self, prior: Optional[Dict[Shape, float]] = None, coverage: float = COVERAGE,
+                 include_cpu: bool = False):
         self.counts: Counter = Counter(prior or {})
         self.coverage = coverage
+        self._include_cpu = bool(include_cpu)
         self._typical: Optional[List[Tuple[Shape, float]]] = None
         self._typical_at = 0.0
         self._state_key = None
@@ -96,9 +112,20 @@ class FragmentationModel:
             self._typical = None
 
     @property
+    def include_cpu(self) -> bool:
+        """CPU-only shapes in the typical set (FGD's ``isInvolvedCpuPods``)."""
+        return self._include_cpu
+
+    @include_cpu.setter
+    def include_cpu(self, value: bool):
+        if bool(value) != self._include_cpu:
+            self._include_cpu = bool(value)
+            self._typical = None
+
+    @property
     def typical(self) -> List[Tuple[Shape, float]]:
         if self._typical is None:
-            self._typical = typical_shapes(self.counts, self.coverage)
+            self._typical = typical_shapes(self.counts, self.coverage, self._include_cpu)
             self._typical_at = float(sum(self.counts.values()))
             self._state_key = None  # the per-node cache depends on the shapes
         return self._typical
@@ -116,6 +143,7 @@ class FragmentationModel:
             self._p = np.array([p for _, p in shapes]) if shapes else np.zeros(0)
             self._s_units = np.array([s.units for s, _ in shapes], dtype=np.int64)
             self._s_n = np.array([s.n_gpus for s, _ in shapes], dtype=np.int64)
+            self._s_gpu = self._s_n > 0  # a CPU-only shape can use no GPU: all free capacity is fragment
             self._s_cpu = np.array([s.cpu_milli for s, _ in shapes])
             node_type = np.array([state.gpu_type_id[node.first_gpu] if node.n_gpus else -1
                                   for node in state.nodes])
@@ -160,7 +188,7 @@ class FragmentationModel:
         return np.where(units > 0, units, cap[..., None])
 
     def _frag(self, nodes, count, lt, total, cpu_left):
-        fits = self._type_ok[nodes] & (count >= self._s_n) & (cpu_left[:, None] >= self._s_cpu)
+        fits = self._type_ok[nodes] & (count >= self._s_n) & (cpu_left[:, None] >= self._s_cpu) & self._s_gpu
         return (np.where(fits, lt, total[:, None]) * self._p).sum(axis=1)
 
     def _cpu_left(self, state: ClusterState, nodes):

@@ -31,9 +31,15 @@ def requested_gpus(job: TraceJob) -> float:
     return float(job.num_gpus)
 
 
-def inflate_trace(jobs: Sequence[TraceJob], cluster_gpus: int, inflate: float, seed: int) -> List[TraceJob]:
+def inflate_trace(jobs: Sequence[TraceJob], cluster_gpus: int, inflate: float, seed: int,
+                  keep_trace: bool = False) -> List[TraceJob]:
     """Requests drawn with replacement from ``jobs`` until they ask ``inflate`` × ``cluster_gpus``
-    GPUs (FGD's workload inflation); ids get a ``#k`` suffix so that each draw is its own request."""
+    GPUs (FGD's workload inflation); ids get a ``#k`` suffix so that each draw is its own request.
+
+    ``keep_trace``: the way FGD's simulator does it (its ``TunePodsByNodeTotalResource``): every
+    request of the trace once, in an order shuffled by ``seed``, then draws with replacement appended
+    while the total stays within the target (when the trace alone asks more, requests drawn at random
+    are dropped until it fits). Without it every request is a draw, the last one crossing the target."""
     if inflate <= 0:
         raise ValueError("--inflate must be positive")
     if not any(requested_gpus(j) > 0 for j in jobs):
@@ -41,6 +47,26 @@ def inflate_trace(jobs: Sequence[TraceJob], cluster_gpus: int, inflate: float, s
     rng = np.random.default_rng(seed)
     target = inflate * cluster_gpus
     out, asked = [], 0.0
+    if keep_trace:
+        order = list(rng.permutation(len(jobs)))
+        asked = sum(requested_gpus(jobs[int(k)]) for k in order)
+        while asked > target + 1e-9 and order:
+            k = order.pop(int(rng.integers(len(order))))
+            asked -= requested_gpus(jobs[int(k)])
+        for k in order:
+            job = copy.copy(jobs[int(k)])
+            job.job_id = f"{job.job_id}#{len(out)}"
+            out.append(job)
+        while True:
+            picks = rng.integers(0, len(jobs), size=1024)
+            for k in picks:
+                need = requested_gpus(jobs[int(k)])
+                if asked + need > target + 1e-9:
+                    return out
+                job = copy.copy(jobs[int(k)])
+                job.job_id = f"{job.job_id}#{len(out)}"
+                out.append(job)
+                asked += need
     while asked < target:
         picks = rng.integers(0, len(jobs), size=1024)
         for k in picks:

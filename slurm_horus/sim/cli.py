@@ -120,12 +120,14 @@ def text_table(rows) -> str:
               help="FGD's protocol: each request tried once at arrival, nothing ends, no queue")
 @click.option("--inflate", default=0.0, type=float,
               help="with --no-departure: draw requests with replacement until they ask X x the cluster's GPUs")
+@click.option("--inflate-keep-trace", is_flag=True,
+              help="with --inflate: FGD's way, every trace request once (shuffled), then draws within X")
 @click.option("--shuffle-seed", default=None, type=int, help="with --no-departure: seed of the draw / order")
 @click.option("--gpu-memory-mb", "gpu_memory", multiple=True, metavar="MODEL=MB",
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
              max_jobs, single_gpu, holdout, durations, time_limit, default_duration, slowdown_limit, json_out,
-             jobs_csv, report, progress, no_departure, inflate, shuffle_seed, gpu_memory):
+             jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace, shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
@@ -146,6 +148,8 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
         raise InputError("--inflate and --shuffle-seed go with --no-departure (FGD's protocol)")
     if inflate < 0:
         raise InputError("--inflate must be positive")
+    if inflate_keep_trace and not inflate:
+        raise InputError("--inflate-keep-trace goes with --inflate")
     settings = DurationSettings(default_duration=default_duration)
     options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
                          max_slowdown=slowdown_limit)
@@ -168,7 +172,8 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
         if jobs_csv:
             raise InputError("--jobs-csv has no per-job times to write with --no-departure")
         return _no_departure(jobs, groups, truth_model, names, inflate, shuffle_seed, holdout, profiles,
-                             json_out, report, dict(trace=str(trace_path), cluster=cluster, truth=truth))
+                             json_out, report, dict(trace=str(trace_path), cluster=cluster, truth=truth),
+                             keep_trace=inflate_keep_trace)
     bar = _Progress(sys.stderr.isatty() if progress is None else progress)
     results = run_policies(jobs, groups, truth_model, names, seed=seed, load=load, holdout=holdout,
                            profiles_path=profiles, progress=bar, options=options)
@@ -253,14 +258,14 @@ ARRIVAL_KEYS = (("allocated_gpu_pct", "allocated %"), ("arrived_gpu_pct", "arriv
 
 
 def _no_departure(jobs, groups, truth_model, names, inflate, shuffle_seed, holdout, profiles, json_out,
-                  report, meta):
+                  report, meta, keep_trace=False):
     """FGD's protocol for every policy (``sim/arrivals.py``): table, JSON and report."""
     from ..placement.fragmentation import shapes_summary
     from .arrivals import summarize_arrivals
     from .run import run_arrival_policies
 
     results, offered, measure = run_arrival_policies(jobs, groups, truth_model, names, inflate, shuffle_seed,
-                                                     holdout, profiles)
+                                                     holdout, profiles, keep_trace=keep_trace)
     summaries = {r.policy: summarize_arrivals(r) for r in results}
     rows = [["policy"] + [label for _, label in ARRIVAL_KEYS]]
     for name, summary in summaries.items():
@@ -271,7 +276,7 @@ def _no_departure(jobs, groups, truth_model, names, inflate, shuffle_seed, holdo
     lines.insert(1, "  ".join("-" * w for w in widths))
     click.echo("\n".join(lines))
     payload = {"protocol": "no-departure", "policies": summaries, **meta, "inflate": inflate,
-               "shuffle_seed": shuffle_seed, "requests": len(offered),
+               "inflate_keep_trace": keep_trace, "shuffle_seed": shuffle_seed, "requests": len(offered),
                "cluster_gpus": results[0].n_gpus if results else 0, "typical_shapes": shapes_summary(measure)}
     try:
         if json_out:

@@ -222,10 +222,11 @@ def ratio(value: float, base: float) -> float:
 def run_arrival_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup], truth: Truth,
                          policies: Sequence[str], inflate: float = 0.0, shuffle_seed: Optional[int] = None,
                          holdout: bool = True, profiles_path: Optional[str] = None,
-                         progress: Optional[Callable[[str, int, int], None]] = None):
+                         progress: Optional[Callable[[str, int, int], None]] = None, keep_trace: bool = False):
     """FGD's protocol (``sim/arrivals.py``) for every policy on the same requests: ``inflate`` > 0
     draws requests with replacement until they ask ``inflate`` × the cluster's GPUs, seeded by
-    ``shuffle_seed``; without it the trace's requests, shuffled when a seed is given. Returns
+    ``shuffle_seed`` (``keep_trace``: FGD's way, every trace request once then draws, see
+    ``inflate_trace``); without it the trace's requests, shuffled when a seed is given. Returns
     (results, the requests offered, the fragmentation model of that workload)."""
     import random
     import time
@@ -240,7 +241,7 @@ def run_arrival_policies(trace: Sequence[TraceJob], groups: Sequence[NodeGroup],
     seed = shuffle_seed if shuffle_seed is not None else 0
     if inflate:
         try:
-            jobs = inflate_trace(jobs, n_gpus, inflate, seed)
+            jobs = inflate_trace(jobs, n_gpus, inflate, seed, keep_trace)
         except ValueError as exc:
             raise InputError(str(exc)) from None
     elif shuffle_seed is not None:

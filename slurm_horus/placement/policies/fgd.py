@@ -25,52 +25,110 @@ filter (``Policy.filter_gpus``) holds capacity, CPUs, host memory and GPU types.
 Our reading (what the paper leaves open or Slurm changes): capacity is in units of a GPU (milli-GPU
 in the simulator, shards on a live cluster); host memory is checked but not scored; node and GPU
 are chosen together over all feasible GPUs (the paper scores nodes, then picks the GPU inside).
+
+FGD's simulator (hkust-adsl/kubernetes-scheduler-simulator, read for its rules, no code taken) differs
+from the defaults here in three ways, each an option (docs/placement.md has the table):
+
+* ``quantize`` — its score plugins return integers: FGD ``int(sigmoid(decrease / 1000) * 100)``,
+  BestFit ``int((1 - rest) * 100)`` then min-max normalized to 0–100 over the feasible nodes;
+* ``tie_break=order`` — its fork of the Kubernetes scheduler takes, among the nodes of the best score,
+  the lexicographically smallest name, and the simulator prefixes the names with a permutation drawn
+  per seed: the first node of a per-seed random order (the stock scheduler draws at random:
+  ``tie_break=random``); inside the node the plugin picks the GPU (FGD: the first of the best score;
+  the others: the GPU with the least room that fits);
+* ``cpu_shapes`` (fgd) — its typical workload includes the CPU-only requests, for which every free
+  GPU milli counts as fragment (``placement/fragmentation.py``).
 """
 
 import numpy as np
 
 from ..fragmentation import FragmentationModel
-from ..framework import Policy
+from ..framework import NEG_INF, Policy
 
 
 class FragmentationAware(Policy):
     """Base of the fragmentation-aware policies: FIFO, capacity-bound, one model of the workload.
 
     ``tie_break``: ``first`` (default, the placement core's rule) — the lowest GPU id (first fit);
-    ``random`` — among the nodes whose best GPU has the best score, one at random (``seed``), then its
-    first GPU of that score: what the Kubernetes scheduler under FGD's simulator does. ``quantize``:
-    scores rounded to the integers 0–100 the Kubernetes plugins return (more ties; fgd, bestfit)."""
+    ``order`` — among the nodes of the best node score the first in a node order drawn once from
+    ``seed``, then inside it the GPU the policy ranks first (its first of that score): what FGD's
+    simulator does (its scheduler takes, among the nodes of equal score, the lexicographically smallest
+    name, and the names start with a random permutation drawn per seed; the score plugin picks the
+    GPU); ``random`` — a fresh draw among the nodes of the best score at each decision (the stock
+    Kubernetes scheduler). ``quantize``: scores rounded to the integers 0–100 the Kubernetes plugins
+    return (more ties; fgd, bestfit). ``cpu_shapes``: CPU-only request shapes join the typical workload
+    (FGD's default, ``placement/fragmentation.py``). ``fgd/quantize=true/tie_break=order/cpu_shapes=true``
+    is the way FGD's own simulator scores and breaks ties (``bench/bench_fgd.py`` calls it
+    ``fgd-paper``)."""
 
     share = False
     name = "fragmentation"
     tie_break = "first"
     quantize = False
+    cpu_shapes = False
     seed = 0
 
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, **options)
-        if self.tie_break not in ("random", "first"):
-            raise ValueError(f"policy {self.name}: tie_break must be random or first")
+        if self.tie_break not in ("random", "first", "order"):
+            raise ValueError(f"policy {self.name}: tie_break must be first, order or random")
         self.fragmentation = fragmentation if fragmentation is not None else FragmentationModel()
+        if self.cpu_shapes:
+            self.fragmentation.include_cpu = True
         self.rng = np.random.default_rng(int(self.seed))
+        self._rank = np.zeros(0)
+
+    def _node_rank(self, state):
+        """Per node: its place in the node order of ``tie_break=order`` (drawn once from ``seed``)."""
+        if len(self._rank) != len(state.nodes):
+            order = np.random.default_rng([int(self.seed), 7]).permutation(len(state.nodes))
+            self._rank = np.empty(len(state.nodes))
+            self._rank[order] = np.arange(len(state.nodes))
+        return self._rank
+
+    def _node_key(self, cycle):
+        """Per candidate GPU: the score of its node as the scheduler compares nodes (ties on it are
+        drawn at random); by default the GPU's own score (the best GPU speaks for its node)."""
+        return cycle.score
 
     def select(self, cycle):
-        if cycle.req.n_gpus != 1 or self.tie_break == "first" or len(cycle.score) == 0:
+        if self.tie_break == "first" or len(cycle.score) == 0:
+            return super().select(cycle)
+        state = cycle.state
+        if cycle.req.n_gpus != 1:
+            # whole GPUs on one or more nodes: equal nodes in the tie order (a term per node far
+            # below any score step, so it only reorders ties)
+            if self.tie_break == "order":
+                noise = 1e-8 * (1.0 - self._node_rank(state) / max(len(state.nodes), 1))
+            else:
+                noise = 1e-8 * self.rng.random(len(state.nodes))
+            cycle.score = cycle.score + noise[state.gpu_node[cycle.idx]]
             return super().select(cycle)
         score = cycle.score
-        best = score.max()
-        if best == -np.inf:
+        key = self._node_key(cycle)
+        usable = score > NEG_INF
+        if not usable.any():
             return None
-        tied = np.flatnonzero(score == best)
-        nodes = np.unique(cycle.state.gpu_node[cycle.idx[tied]])
-        node = nodes[int(self.rng.integers(len(nodes)))] if len(nodes) > 1 else nodes[0]
-        return np.array([tied[np.argmax(cycle.state.gpu_node[cycle.idx[tied]] == node)]])
+        best = key[usable].max()
+        tied = np.flatnonzero(usable & (key == best))
+        nodes = np.unique(state.gpu_node[cycle.idx[tied]])
+        if len(nodes) == 1:
+            node = nodes[0]
+        elif self.tie_break == "order":
+            node = nodes[int(np.argmin(self._node_rank(state)[nodes]))]
+        else:
+            node = nodes[int(self.rng.integers(len(nodes)))]
+        mine = np.flatnonzero(usable & (state.gpu_node[cycle.idx] == node))
+        return np.array([mine[int(np.argmax(score[mine]))]])
 
-    def _cpu_pick(self, score):
+    def _cpu_pick(self, score, state=None, nodes=None):
         """Ties of a CPU-only request's node scores, broken like GPU ones."""
         if self.tie_break == "first" or len(score) < 2:
             return score
         best = score.max()
+        if self.tie_break == "order" and state is not None:
+            rank = self._node_rank(state)[nodes]
+            return np.where(score == best, best + (1.0 - rank / max(len(state.nodes), 1)) * 1e-9, score)
         return np.where(score == best, best + self.rng.random(len(score)) * 1e-9, score)
 
     def running_job(self, req, decision, now):
@@ -92,10 +150,13 @@ class FragmentationAware(Policy):
 
 
 def _sigmoid_score(delta, quantize):
-    """FGD's plugin score: sigmoid of the fragmentation decrease (per 1000 milli-GPU) × 100, an integer."""
+    """FGD's plugin score: ``int(sigmoid(decrease / 1000) * 100)`` of the fragmentation decrease
+    (``-delta``), in Go's order of operations; the increase is first rounded to 1e-6 milli-GPU so that
+    an unchanged fragmentation scores exactly 50 whatever the summation order."""
     if not quantize:
         return -delta
-    return np.floor(100.0 / (1.0 + np.exp(np.clip(delta / 1000.0, -50, 50))))
+    x = -np.round(delta, 6) / 1000.0
+    return np.floor((1.0 / (1.0 + np.exp(np.clip(-x, -50, 50)))) * 100.0)
 
 
 class FGD(FragmentationAware):
@@ -105,7 +166,8 @@ class FGD(FragmentationAware):
         return _sigmoid_score(self.fragmentation.delta_for(cycle.state, cycle.req, cycle.idx), self.quantize)
 
     def score_cpu_nodes(self, state, req, nodes):
-        return self._cpu_pick(_sigmoid_score(self.fragmentation.delta_nodes(state, req, nodes), self.quantize))
+        return self._cpu_pick(_sigmoid_score(self.fragmentation.delta_nodes(state, req, nodes), self.quantize),
+                              state, nodes)
 
 
 def _node_free(state):
@@ -120,19 +182,36 @@ class BestFit(FragmentationAware):
     name = "bestfit"
 
     def _node_score(self, state, req, nodes, gpu_milli):
+        """Least free resources left, higher is better: ``-rest``, or with ``quantize`` the plugin's
+        integer ``int((1 - rest) * 100)`` min-max normalized to 0–100 over the candidates (its
+        NormalizeScore, integer arithmetic)."""
         cpu, gpu = _node_free(state)
         max_cpu = max(float(state.node_cpu_total.max(initial=0.0)), 1.0)
         max_gpu = max(float(np.bincount(state.gpu_node, minlength=len(state.nodes)).max(initial=0)) * 1000.0, 1.0)
-        rest = 0.5 * (cpu[nodes] - req.cpu_milli) / max_cpu + 0.5 * (gpu[nodes] - gpu_milli) / max_gpu
-        return np.floor((1.0 - rest) * 100.0) if self.quantize else -rest
+        # in the plugin's order of operations (its integer scores depend on the last bit)
+        rest = (cpu[nodes] - req.cpu_milli) / max_cpu * 0.5
+        rest = rest + (gpu[nodes] - gpu_milli) / max_gpu * 0.5
+        if not self.quantize:
+            return -rest
+        raw = np.floor((1.0 - rest) * 100.0)
+        lo, hi = (raw.min(), raw.max()) if len(raw) else (0.0, 0.0)
+        return np.floor((raw - lo) * 100.0 / (hi - lo)) if hi > lo else np.zeros(len(raw))
+
+    def _gpu_milli(self, cycle):
+        state, req = cycle.state, cycle.req
+        return req.gpu_units * 1000.0 / state.gpu_cap[cycle.idx] if req.gpu_units else 1000.0 * req.gpus_per_node
 
     def score_gpus(self, cycle):
-        state, req = cycle.state, cycle.req
-        milli = req.gpu_units * 1000.0 / state.gpu_cap[cycle.idx] if req.gpu_units else 1000.0 * req.gpus_per_node
-        return self._node_score(state, req, state.gpu_node[cycle.idx], milli) + self._tightest(cycle)
+        state = cycle.state
+        node_score = self._node_score(state, cycle.req, state.gpu_node[cycle.idx], self._gpu_milli(cycle))
+        cycle.notes["node_score"] = node_score
+        return node_score + self._tightest(cycle)
+
+    def _node_key(self, cycle):
+        return cycle.notes.get("node_score", cycle.score)
 
     def score_cpu_nodes(self, state, req, nodes):
-        return self._cpu_pick(self._node_score(state, req, nodes, 0.0))
+        return self._cpu_pick(self._node_score(state, req, nodes, 0.0), state, nodes)
 
 
 class Packing(FragmentationAware):

@@ -30,11 +30,15 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
 * every pair observed while it runs replaces the model's prediction for that pair (learning);
 * fractional requests (``gpu_units``: shards, milli-GPU), CPU-only ones, and whole GPUs asked
   exclusively where the workload has fractional requests: FGD's rule
-  (``placement/fragmentation.py``, ATC'23) — the GPU where the expected fragmentation grows least —
-  and among the GPUs within ``frag_tolerance`` milli-GPU of that least increase, the one whose
-  residents the job is predicted to slow least (the job's throughput + ½ its partner's); a GPU where
-  the job or its first resident is predicted under ``min_tput`` is never taken: a fuller cluster
-  that does not slow its jobs down.
+  (``placement/fragmentation.py``, ATC'23) — the node whose GPU grows the expected fragmentation
+  least (within ``frag_tolerance`` milli-GPU; equal nodes in the tie order: first fit, or with
+  ``tie_break=order`` an order drawn from ``seed`` as FGD's simulator does), and inside that node,
+  of its GPUs of that least increase, the one whose residents the job is predicted to slow least
+  (the job's throughput + ½ its partner's; FGD takes the first); a GPU where the job or its first
+  resident is predicted under ``min_tput`` is never taken: a fuller cluster that does not slow its
+  jobs down. ``quantize`` and ``cpu_shapes``: FGD's integer scores and typical workload
+  (``policies/fgd.py``), so that ``horus/quantize=true/tie_break=order/cpu_shapes=true`` is FGD's
+  rule as its simulator scores it plus the interference rules.
 
 Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independent choices.
 """
@@ -44,6 +48,7 @@ import numpy as np
 from ..fragmentation import FragmentationModel
 from ..framework import NEG_INF, Policy, pressure
 from ..request import Decision
+from .fgd import _sigmoid_score as _fgd_score
 from .sjf_bsbf import pair_benefit
 
 
@@ -64,10 +69,33 @@ class Horus(Policy):
     free_score = 1.0  # a free GPU under pressure ranks like a pair of this value
     score_rule = "own"  # or "combined": rank qualifying pairs by the sum of both throughputs
     frag_tolerance = 0.0  # milli-GPU: fragmentation increases this close to the least count as equal
+    # FGD's rule as its simulator scores it (``policies/fgd.py``): integer plugin scores, equal ones
+    # then go to the interference tie-break; CPU-only shapes in the typical workload
+    quantize = False
+    cpu_shapes = False
+    frac_free_value = 1.5  # a free GPU among a fraction's equal candidates ranks like a pair of this value
+    tie_break = "first"  # or "order": equal nodes in an order drawn from ``seed`` (FGD's simulator)
+    seed = 0
 
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, **options)
+        if self.tie_break not in ("first", "order"):
+            raise ValueError("policy horus: tie_break must be first or order")
         self.fragmentation = fragmentation if fragmentation is not None else FragmentationModel()
+        if self.cpu_shapes:
+            self.fragmentation.include_cpu = True
+        self._rank = np.zeros(0)
+
+    def _node_rank(self, state):
+        """Per node: its place in the tie order — the node id (first fit), or with ``tie_break=order``
+        a permutation drawn once from ``seed`` (FGD's simulator: the smallest of per-seed names)."""
+        if self.tie_break != "order":
+            return np.arange(len(state.nodes), dtype=float)
+        if len(self._rank) != len(state.nodes):
+            order = np.random.default_rng([int(self.seed), 7]).permutation(len(state.nodes))
+            self._rank = np.empty(len(state.nodes))
+            self._rank[order] = np.arange(len(state.nodes))
+        return self._rank
 
     def running_job(self, req, decision, now):
         # the workload fragmentation is measured against: the requests that ran (a decision may be
@@ -76,7 +104,11 @@ class Horus(Policy):
         return super().running_job(req, decision, now)
 
     def score_cpu_nodes(self, state, req, nodes):
-        return -self.fragmentation.delta_nodes(state, req, nodes)
+        score = _fgd_score(self.fragmentation.delta_nodes(state, req, nodes), self.quantize)
+        if not len(score):
+            return score
+        rank = self._node_rank(state)[nodes]
+        return score + 1e-7 * (score == score.max()) * (1.0 - rank / max(len(state.nodes), 1))
 
     def _score_fraction(self, cycle):
         """A fraction of a GPU: least fragmentation, then least interference (see the docstring)."""
@@ -86,11 +118,21 @@ class Horus(Policy):
         if not harmless.any():
             cycle.notes["wait_reason"] = "every GPU with room runs a job predicted to slow it too much"
             return np.full(len(delta), NEG_INF)
-        best = delta[harmless].min()
-        near = harmless & (delta <= best + self.frag_tolerance)
-        value = np.where(free, 1.5, jt + 0.5 * rt)
+        score = _fgd_score(delta, self.quantize)
+        tolerance = 0.0 if self.quantize else self.frag_tolerance
+        # FGD's node: the best score, ties to the first node of the tie order; inside it, of the GPUs
+        # of that score those of the least exact increase, the job predicted to slow least (FGD
+        # takes the first GPU of the best score)
+        nodes = cycle.state.gpu_node[cycle.idx]
+        best = score[harmless].max()
+        tied = harmless & (score >= best - tolerance)
+        rank = self._node_rank(cycle.state)
+        node = nodes[tied][int(np.argmin(rank[nodes[tied]]))]
+        near = tied & (nodes == node)
+        near &= delta <= delta[near].min() + 1e-6
+        value = np.where(free, self.frac_free_value, jt + 0.5 * rt)
         cycle.notes["reason"] = "fraction: least fragmentation, least interference"
-        return np.where(near, 1e9 + value, np.where(harmless, -delta, NEG_INF))
+        return np.where(near, 1e9 + value, np.where(harmless, score, NEG_INF))
 
     def queue_key(self, req):
         if self.order_rule == "fifo":
