@@ -187,8 +187,9 @@ class Horus(Policy):
         bsbf_gain`` (gain: the benefit over E_a + e_b) are ``benefit − g·(E_a + e_b) ≥ 0``, whose
         later piece rises while g < ½: convex or rising, it is largest at an end of the interval, so
         a class passes on some GPU only if it passes at its least or greatest expected end
-        (:meth:`Feasible.end_range`). Tested there with a margin far above rounding (``PAIR_EPS``);
-        with ``bsbf_gain`` ≥ ½ every class present may pass (no shortcut)."""
+        (:meth:`Feasible.end_range`). Tested there with a margin far above rounding (``PAIR_EPS``
+        times the class's largest E_a + e_b); with ``bsbf_gain`` ≥ ½ every class present may pass
+        (no shortcut)."""
         n = len(jt) - 1
         out = np.zeros(n + 1, dtype=bool)
         lo, hi = feasible.end_range(n)
@@ -203,13 +204,21 @@ class Horus(Policy):
             out[k] = True
             return out
         e_a = cycle.req.expected_duration()
+        m = len(k)
         e_b = np.maximum(np.concatenate((lo[k], hi[k])) - cycle.ctx.now, 1.0)
         jt_k, rt_k = jt[k], rt[k]
-        gain = pair_benefit(e_a, e_b, np.concatenate((jt_k, jt_k)), np.concatenate((rt_k, rt_k))) / (e_a + e_b)
-        gain = np.maximum(gain[:len(k)], gain[len(k):])
-        may = (ok_c[k] & (gain > -PAIR_EPS)) if self.require_benefit else ok_c[k]
+        benefit = pair_benefit(e_a, e_b, np.concatenate((jt_k, jt_k)), np.concatenate((rt_k, rt_k)))
+        work = e_a + e_b
+        # the margin scales with the class's largest E_a + e_b: the bound holds between the ends
+        margin = PAIR_EPS * np.concatenate((work[m:], work[m:]))
+
+        def somewhere(g):  # benefit ≥ g·(E_a + e_b) (up to the margin) at one of the ends
+            slack = benefit - g * work + margin
+            return np.maximum(slack[:m], slack[m:]) > 0
+
+        may = (ok_c[k] & somewhere(0.0)) if self.require_benefit else ok_c[k]
         if self.bsbf_gain > 0:
-            may = may | (bsbf_c[k] & (gain >= self.bsbf_gain - PAIR_EPS))
+            may = may | (bsbf_c[k] & somewhere(self.bsbf_gain))
         out[k] = may
         return out
 

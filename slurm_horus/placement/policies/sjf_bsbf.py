@@ -67,14 +67,18 @@ def may_beat_waiting(e_a_con, e_a, e_b, tput_a, tput_b):
 
     T_seq − T_con is continuous and piecewise linear in e_b, in two pieces, the later (the job ends
     last) of slope ½: convex or rising, it is largest at an end of the interval, so it is positive
-    somewhere only if it is positive at an end (up to a margin far above rounding)."""
+    somewhere only if it is positive at an end (up to a margin far above rounding, ``PAIR_EPS``
+    times the largest values involved)."""
     tput_a = np.concatenate((tput_a, tput_a))
     tput_b = np.concatenate((tput_b, tput_b))
     t_con, _ = pair_times(e_a_con, e_b, tput_a, tput_b)
     t_seq = e_b + 0.5 * e_a
-    slack = (t_seq - t_con) + PAIR_EPS * (np.abs(t_seq) + np.abs(t_con))
-    half = len(slack) // 2
-    return np.maximum(slack[:half], slack[half:]) > 0
+    half = len(e_b) // 2
+    scale = np.abs(t_seq) + np.abs(t_con)
+    # the margin scales with the interval's largest values: the bound holds between the ends
+    scale = np.maximum(scale[:half], scale[half:]) + e_a_con + e_a + e_b[half:]
+    slack = t_seq - t_con
+    return np.maximum(slack[:half], slack[half:]) + PAIR_EPS * scale > 0
 
 
 def batch_speed(solo_tput: Dict[Tuple[str, str], float], gpu_type: str, job_class: str,
