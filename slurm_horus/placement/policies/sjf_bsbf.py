@@ -63,7 +63,7 @@ def may_beat_waiting(e_a_con, e_a, e_b, tput_a, tput_b):
     """Whether ``T_con < T_seq`` may hold for some remaining time of the partner in an interval:
     ``e_b`` holds the interval's ends (first half: the least, second half: the greatest, one per
     pair of throughputs in ``tput_a``/``tput_b``). ``e_a_con`` is the job's exclusive time in T_con
-    (E_a, or E_a / speed sub-batched), ``e_a`` the one in T_seq.
+    (E_a, or E_a / speed sub-batched; one per pair, or one for all), ``e_a`` the one in T_seq.
 
     T_seq − T_con is continuous and piecewise linear in e_b, in two pieces, the later (the job ends
     last) of slope ½: convex or rising, it is largest at an end of the interval, so it is positive
@@ -71,12 +71,15 @@ def may_beat_waiting(e_a_con, e_a, e_b, tput_a, tput_b):
     times the largest values involved)."""
     tput_a = np.concatenate((tput_a, tput_a))
     tput_b = np.concatenate((tput_b, tput_b))
+    if np.ndim(e_a_con):
+        e_a_con = np.concatenate((e_a_con, e_a_con))
     t_con, _ = pair_times(e_a_con, e_b, tput_a, tput_b)
     t_seq = e_b + 0.5 * e_a
     half = len(e_b) // 2
     scale = np.abs(t_seq) + np.abs(t_con)
     # the margin scales with the interval's largest values: the bound holds between the ends
-    scale = np.maximum(scale[:half], scale[half:]) + e_a_con + e_a + e_b[half:]
+    scale = np.maximum(scale[:half], scale[half:]) + (e_a_con[half:] if np.ndim(e_a_con) else e_a_con) \
+        + e_a + e_b[half:]
     slack = t_seq - t_con
     return np.maximum(slack[:half], slack[half:]) + PAIR_EPS * scale > 0
 
@@ -201,18 +204,31 @@ class SJFBSBF(SJFMixin, Policy):
         oom = k[mine <= 0]
         if len(oom) == 0:
             return False
-        variants = self._smaller_batches(req.job_class, state.classes.names)
-        e_b = np.maximum(np.concatenate((lo[oom], hi[oom])) - now, 1.0)
-        for _micro, _accum, variant in variants:
-            speed = batch_speed(self.solo_tput, gpu_type, req.job_class, variant)
-            if speed is None:
-                continue
-            v = state.classes.ids[variant]
-            mine, theirs = mat[v, oom], mat[oom, v]
-            fits = (mine > 0) & (theirs > 0)
-            if (fits & may_beat_waiting(e_a / speed, e_a, e_b, mine, theirs)).any():
-                return True
-        return False
+        ids, speeds = self._variant_speeds(req.job_class, gpu_type, state.classes)
+        if len(ids) == 0:
+            return False
+        # every (variant, resident class) at once: variant-major, as the pipeline's loop
+        n = len(ids)
+        mine, theirs = mat[np.ix_(ids, oom)].ravel(), mat[np.ix_(oom, ids)].T.ravel()
+        e_b = np.maximum(np.concatenate((np.tile(lo[oom], n), np.tile(hi[oom], n))) - now, 1.0)
+        fits = (mine > 0) & (theirs > 0)
+        return bool((fits & may_beat_waiting(np.repeat(e_a / speeds, len(oom)), e_a, e_b, mine, theirs)).any())
+
+    def _variant_speeds(self, job_class, gpu_type, classes):
+        """The sub-batched variants of ``job_class`` with a known speed: their class ids and speeds
+        (:func:`batch_speed`), kept until a new class is known."""
+        cache = self.__dict__.setdefault("_speeds_cache", {})
+        key = (job_class, gpu_type, id(classes.names), len(classes.names))
+        found = cache.get(key)
+        if found is None:
+            ids, speeds = [], []
+            for _micro, _accum, variant in self._smaller_batches(job_class, classes.names):
+                speed = batch_speed(self.solo_tput, gpu_type, job_class, variant)
+                if speed is not None:
+                    ids.append(classes.ids[variant])
+                    speeds.append(speed)
+            found = cache[key] = (np.array(ids, dtype=np.intp), np.array(speeds, dtype=np.float64))
+        return found
 
     def score_gpus(self, cycle):
         free = cycle.free
