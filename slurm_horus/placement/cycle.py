@@ -361,9 +361,18 @@ def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
         threshold = policy.urgent_duration(state, ctx)
         while k > 0 and jobs[keys[k - 1][1]][1].expected_duration() >= threshold:
             k -= 1
-    positions = itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))
-    return ((found if found is not None and found[0] == keys[i] else None)
-            for i, found in ((i, jobs.get(keys[i][1])) for i in positions))
+    if k == len(keys):
+        return _entries(jobs, keys)
+    return _entries(jobs, (keys[i] for i in itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))))
+
+
+def _entries(jobs: dict, keys) -> Iterator[Optional[tuple]]:
+    """The queue entries of ``keys`` in order; None for a job that left the queue (or came back
+    under another key) meanwhile."""
+    get = jobs.get
+    for key in keys:
+        found = get(key[1])
+        yield found if found is not None and found[0] == key else None
 
 
 _END = object()
@@ -373,9 +382,7 @@ def _narrow(queue: PendingQueue, max_size: int, after: Optional[tuple] = None,
             leave_out=()) -> Iterator[Optional[tuple]]:
     """The walk of an exclusive policy's cycle: the jobs asking for at most ``max_size`` GPUs, in
     queue order, past the key ``after``, leaving out the geometries in ``leave_out``."""
-    jobs = queue._jobs
-    return ((found if found is not None and found[0] == key else None)
-            for key, found in ((key, jobs.get(key[1])) for key in queue.snapshot(max_size, after, leave_out)))
+    return _entries(queue._jobs, queue.snapshot(max_size, after, leave_out))
 
 
 def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
