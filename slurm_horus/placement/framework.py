@@ -70,6 +70,7 @@ class Feasible:
         self._resident = None
         self._first_free = None
         self._ends = None
+        self._remaining = None
 
     @property
     def resident(self) -> np.ndarray:
@@ -104,6 +105,15 @@ class Feasible:
             self._ends = (lo, hi)
         lo, hi = self._ends
         return lo[:n], hi[:n]
+
+    def remaining(self, n: int, now: float):
+        """(e_b, present): the remaining times ``max(end - now, 1)`` at the two ends of
+        :meth:`end_range` (rows: least, greatest; one column per class id below ``n``), and whether
+        any feasible GPU holds a job of the class."""
+        if self._remaining is None or self._remaining[0] != (n, now):
+            lo, hi = self.end_range(n)
+            self._remaining = ((n, now), np.maximum(np.stack((lo, hi)) - now, 1.0), hi >= lo)
+        return self._remaining[1], self._remaining[2]
 
 
 class Policy:

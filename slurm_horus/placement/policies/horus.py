@@ -192,8 +192,7 @@ class Horus(Policy):
         (no shortcut)."""
         n = len(jt) - 1
         out = np.zeros(n + 1, dtype=bool)
-        lo, hi = feasible.end_range(n)
-        present = hi >= lo
+        e_b, present = feasible.remaining(n, cycle.ctx.now)
         if not self.require_benefit and self.bsbf_gain <= 0:
             out[:n] = ok_c[:n] & present
             return out
@@ -203,22 +202,20 @@ class Horus(Policy):
         if self.bsbf_gain >= 0.5:
             out[k] = True
             return out
+        # T_seq − T_con (sjf_bsbf.pair_times) at both ends at once: rows least, greatest e_b
         e_a = cycle.req.expected_duration()
-        m = len(k)
-        e_b = np.maximum(np.concatenate((lo[k], hi[k])) - cycle.ctx.now, 1.0)
-        jt_k, rt_k = jt[k], rt[k]
-        benefit = pair_benefit(e_a, e_b, np.concatenate((jt_k, jt_k)), np.concatenate((rt_k, rt_k)))
+        e_b = e_b[:, k]
+        ta, tb = np.maximum(jt[k], 1e-9), np.maximum(rt[k], 1e-9)
+        eh_a, eh_b = e_a / ta, e_b / tb
+        shorter = np.minimum(eh_a, eh_b)
+        t_con = np.where(eh_a >= eh_b, 0.5 * e_a + shorter * (1.0 - 0.5 * ta), 0.5 * e_b + shorter * (1.0 - 0.5 * tb))
         work = e_a + e_b
-        # the margin scales with the class's largest E_a + e_b: the bound holds between the ends
-        margin = PAIR_EPS * np.concatenate((work[m:], work[m:]))
-
-        def somewhere(g):  # benefit ≥ g·(E_a + e_b) (up to the margin) at one of the ends
-            slack = benefit - g * work + margin
-            return np.maximum(slack[:m], slack[m:]) > 0
-
-        may = (ok_c[k] & somewhere(0.0)) if self.require_benefit else ok_c[k]
+        # the benefit plus the margin, which scales with the class's largest E_a + e_b (the bound
+        # holds between the ends)
+        slack = (e_b + 0.5 * e_a) - t_con + PAIR_EPS * work[1]
+        may = (ok_c[k] & (slack.max(axis=0) > 0)) if self.require_benefit else ok_c[k]
         if self.bsbf_gain > 0:
-            may = may | (bsbf_c[k] & somewhere(self.bsbf_gain))
+            may = may | (bsbf_c[k] & ((slack - self.bsbf_gain * work).max(axis=0) > 0))
         out[k] = may
         return out
 
