@@ -649,6 +649,41 @@ def test_wait_at_once_is_the_pipelines(rule, options):
     assert {(True, True, 1), (False, False, 1), (False, False, 2)} <= seen, seen
 
 
+@pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0}, {"score_rule": "combined"}])
+def test_horus_longer_jobs_of_a_class_that_waited_wait_like_the_pipeline(options):
+    """Within a cycle (one cluster version) horus keeps, per class, the least expected duration that
+    had to wait, and answers 'wait' at once for longer jobs of the class: every job of every class,
+    shortest first and longest first, must still get exactly the pipeline's decision."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(17)
+    classes = [f"k{i}" for i in range(5)]
+    durations = [1.0, 20.0, 60.0, 150.0, 400.0, 1000.0, 3000.0, 8000.0, 30000.0, 1e6]
+    outcomes, remembered = set(), 0
+    for trial in range(30):
+        values = {(a, b): float(rng.choice([0.375, 0.5, 0.625, 0.75, 0.875, 1.0])) for a in classes for b in classes}
+        state = cluster(4, 4)
+        policy = Horus(PairTable(TablePredictor(values), state.classes), **options)
+        for g in range(16):
+            end = float(rng.choice([50.0, 101.0, 300.0, 1200.0, 5000.0, 20000.0]))
+            state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (g,), 0.0, end))
+        for order in (durations, durations[::-1]):
+            ctx = SchedulingContext(100.0, 40, 40)
+            if trial % 2:
+                ctx.extra["window"] = [state.classes.id(str(c)) for c in rng.choice(classes, 2)]
+            for c in classes:
+                for k, duration in enumerate(order):
+                    req = JobRequest(f"n{k}", c, predicted_duration=duration, gpus_per_node=1 + (k % 4 == 3))
+                    quick = policy.decide(state, req, ctx)
+                    full = Policy.decide(policy, state, req, ctx, explain=True)
+                    full.candidates = []
+                    assert quick.to_dict() == full.to_dict(), (trial, c, duration, options)
+                    outcomes.add(quick.placed)
+            remembered += sum(len(f.memo) for f in ctx.extra["_feasible"][1].values())
+    assert outcomes == {True, False} and remembered > 0
+
+
 def test_horus_quick_decision_breaks_a_tie_with_a_free_gpu_like_the_pipeline():
     """A pair scoring exactly a free GPU's 1.0 on a lower GPU wins (first of the highest), both ways."""
     from slurm_horus.placement.framework import Policy

@@ -71,6 +71,7 @@ class Feasible:
         self._first_free = None
         self._ends = None
         self._remaining = None
+        self.memo: Dict[object, object] = {}  # what a policy found of this cluster version (its own keys)
 
     @property
     def resident(self) -> np.ndarray:

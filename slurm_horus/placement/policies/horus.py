@@ -133,10 +133,8 @@ class Horus(Policy):
         first_free = feasible.first_free
         if req.n_gpus != 1:
             # the pipeline scores only free GPUs and qualifying pairs: with neither, it waits
-            if first_free >= 0 or (not pressure(cycle) and req.n_gpus <= state.n_free):
-                return None
-            jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
-            if (ok_c[:-1] | bsbf_c[:-1]).any() and self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c).any():
+            if first_free >= 0 or (not pressure(cycle) and req.n_gpus <= state.n_free) \
+                    or not self._waits(cycle, feasible)[0]:
                 return None
             return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
                             n_feasible=len(cycle.idx))
@@ -146,13 +144,19 @@ class Horus(Policy):
                 return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy",
                                 n_feasible=len(cycle.idx))
             return self._decision_at(cycle, [first_free])
+        may = None
+        if first_free < 0:
+            waits, may = self._waits(cycle, feasible)
+            if waits:
+                return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+                                n_feasible=len(cycle.idx))
         jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
         need_c = ok_c | bsbf_c
         need_c[-1] = False
         floor = self.free_score if first_free >= 0 else NEG_INF
         need_c &= value >= floor  # a class valued below a free GPU can never be selected
         if need_c.any():
-            need_c &= self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
+            need_c &= may if may is not None else self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
         best_pos, best_value = -1, NEG_INF
         if need_c.any():
             top = value[need_c].max()
@@ -176,6 +180,40 @@ class Horus(Policy):
             return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
                             n_feasible=len(cycle.idx))
         return self._decision_at(cycle, [best_pos])
+
+    def _waits(self, cycle, feasible):
+        """(waits, may): with no free feasible GPU, under pressure, whether no GPU can pass the pair
+        test (the job waits, whatever its size), and :meth:`_may_pair` (None when not computed).
+
+        Kept per class for the cycle's decisions on this cluster version (``Feasible.memo``): the
+        least expected duration E_a found to wait. A longer job of the class waits too: its gain
+        (benefit over E_a + e_b) falls as E_a grows (it ends last: ``(T_seq − T_con)`` is constant in
+        E_a over a resident's time e_b·k, k = 1 − (1 − ½t_a)/t_b; it ends first: the gain's slope is
+        −e_b·(1 − ½t_b)/t_a/(E_a + e_b)², negative while t_b < 2), except where it ends last and k < 0,
+        where the benefit is negative whatever E_a. Recorded only where that holds beyond rounding
+        (every candidate's t_b < 2, and k ≥ 0 or k ≤ −1e-6 for the classes of the ``> 0`` test)."""
+        c = cycle.class_id
+        e_a = cycle.req.expected_duration()
+        key = ("horus-waits", id(self), c)
+        least = feasible.memo.get(key)
+        if least is not None and e_a >= least:
+            return True, None
+        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+        may = self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
+        if may.any():
+            return False, may
+        n = len(jt) - 1
+        k = np.flatnonzero((ok_c[:n] | bsbf_c[:n]) & feasible.remaining(n, cycle.ctx.now)[1])
+        monotone = True
+        if len(k) and self.require_benefit:
+            ta, tb = np.maximum(jt[k], 1e-9), np.maximum(rt[k], 1e-9)
+            coef = 1.0 - (1.0 - 0.5 * ta) / tb
+            monotone = bool((tb < 2.0).all() and not (ok_c[k] & (coef < 0) & (coef > -1e-6)).any())
+        elif len(k):
+            monotone = bool((rt[k] < 2.0).all())
+        if monotone and (least is None or e_a < least):
+            feasible.memo[key] = e_a
+        return True, may
 
     def _may_pair(self, cycle, feasible, jt, rt, ok_c, bsbf_c):
         """Per resident class (the trailing entry, a free GPU: False): whether some feasible GPU
