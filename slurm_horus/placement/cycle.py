@@ -432,6 +432,7 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     blocked = set()
     jobs = queue._jobs
     prune = not reclaiming and not explain
+    knows_waits = prune and type(policy).wait_reason is not Policy.wait_reason
     width = state.node_gpu_table.shape[1]
     room_version = state.version  # has_room was true at this version of the cluster
     walk_cap = int(state.n_free)  # an exclusive policy's walk: jobs asking for at most this many GPUs
@@ -464,6 +465,14 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                 if narrow:  # walk on without that geometry
                     walk_cap = int(state.n_free)
                     walk = _narrow(queue, walk_cap, jobs[req.job_id][0], blocked)
+                continue
+        if knows_waits:
+            reason = policy.wait_reason(state, req, ctx)
+            if reason is not None:  # what decide would answer, known from this cycle's decisions
+                failed.add(shape)
+                result.waiting[req.job_id] = reason
+                if queue.shapes_in(failed):
+                    break
                 continue
         decision = policy.decide(state, req, ctx, explain=explain)
         if not decision.placed and reclaiming:

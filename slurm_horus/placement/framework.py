@@ -219,17 +219,28 @@ class Policy:
         state, req = cycle.state, cycle.req
         if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
             return Feasible(state, np.flatnonzero(self.filter_gpus(cycle)))
-        extra = cycle.ctx.extra
+        cache, shape = self._feasible_cache(state, req, cycle.ctx)
+        found = cache.get(shape)
+        if found is None:
+            found = cache[shape] = Feasible(state, np.flatnonzero(self.filter_gpus(cycle)))
+        return found
+
+    def _feasible_cache(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext):
+        """(the cycle's Feasible per request shape for this cluster version, ``req``'s shape)."""
+        extra = ctx.extra
         version = (id(self), id(state), state.version, self.share, self.max_jobs_per_gpu, self.lending)
         cache = extra.get("_feasible")
         if cache is None or cache[0] != version:
             cache = extra["_feasible"] = (version, {})
         shape = (req.partition, tuple(req.extra_partitions) if self.lending else (), req.gpu_type, tuple(req.gpu_types),
                  req.cpu_milli, req.memory_mib, req.gpu_units, req.mem_mb, req.exclusive)
-        found = cache[1].get(shape)
-        if found is None:
-            found = cache[1][shape] = Feasible(state, np.flatnonzero(self.filter_gpus(cycle)))
-        return found
+        return cache[1], shape
+
+    def wait_reason(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> Optional[str]:
+        """Why ``req`` must wait, when the policy already knows it from this cycle's earlier decisions
+        on this cluster version (the reason :meth:`decide` would give); None: ask :meth:`decide`.
+        The cycle asks this first (not when reclaiming or explaining); the base policy never knows."""
+        return None
 
     def node_mask(self, state: ClusterState, req: JobRequest) -> np.ndarray:
         """Nodes a CPU-only job may use: partition, CPUs and host memory."""

@@ -181,6 +181,32 @@ class Horus(Policy):
                             n_feasible=len(cycle.idx))
         return self._decision_at(cycle, [best_pos])
 
+    def wait_reason(self, state, req, ctx):
+        """A job of a class that had to wait in this cycle, on this cluster version, for no longer a
+        duration (:meth:`_waits`' memo), under the same conditions as :meth:`decide_quickly`'s
+        answer: the same reason, without building the decision."""
+        if type(self).decide_quickly is not Horus.decide_quickly or req.n_gpus == 0 or req.gpu_units > 0:
+            return None
+        c = state.classes.ids.get(req.job_class)
+        if c is None or len(state.gpu_types) != 1 or self.min_tput <= 0 or type(self)._feasible is not Policy._feasible:
+            return None
+        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
+            return None
+        cache, shape = self._feasible_cache(state, req, ctx)
+        feasible = cache.get(shape)
+        if feasible is None:
+            return None
+        least = feasible.memo.get(("horus-waits", id(self), c))
+        if least is None or req.expected_duration() < least:
+            return None
+        if len(feasible.idx) < req.n_gpus or feasible.first_free >= 0:
+            return None
+        if req.exclusive and self._fractional_workload():
+            return None
+        if req.n_gpus <= state.n_free and ctx.waiting_gpus <= state.n_free:  # no pressure: the free-GPU rule
+            return None
+        return "no free GPU and no pair predicted worth sharing"
+
     def _waits(self, cycle, feasible):
         """(waits, may): with no free feasible GPU, under pressure, whether no GPU can pass the pair
         test (the job waits, whatever its size), and :meth:`_may_pair` (None when not computed).
