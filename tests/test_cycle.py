@@ -263,3 +263,90 @@ def test_pending_queue_retime_and_snapshot_copy_on_write():
     fifo.retime(fifo.get("a"), 50.0)  # FIFO: the order stays, the totals follow
     assert [r.job_id for r in fifo] == ["a", "b"] and fifo.work == pytest.approx(70.0)
     assert fifo.get("a").predicted_duration == 50.0
+
+
+def test_a_cycle_stops_walking_when_every_waiting_shape_failed():
+    """Once every request shape in the queue has been asked and did not fit, the rest of the walk
+    would ask nothing (each job's shape failed): the cycle stops there, with the same answers."""
+    state = cluster(nodes=1, gpus=2)
+    policy = SJF()
+    queue = PendingQueue(policy)
+    for k in range(40):  # two shapes, neither of which can start: no GPU of partition "q"
+        queue.add(req(f"j{k}", duration=100.0 + k, cls="a" if k % 2 else "b", partition="q", submit=k))
+    start, order = placer(state, policy)
+    result = run_cycle(state, policy, queue, 0.0, start)
+    assert order == [] and result.tried == 2 and sorted(result.waiting) == ["j0", "j1"]
+    assert result.examined == 2  # j2..j39 share a failed shape: never walked
+    queue.add(req("other", duration=1e6, cls="c"))  # a third shape, last in SJF order: walked to
+    result = run_cycle(state, policy, queue, 0.0, start)
+    assert order == ["other"] and result.examined == 41
+
+
+def test_pending_queue_counts_request_shapes_through_retimes_and_removals():
+    """The queue's shape bookkeeping (what lets a cycle stop early) matches the waiting jobs."""
+    from slurm_horus.placement.cycle import request_shape
+    from slurm_horus.placement.policies import SJFBSBF
+
+    for policy in (SJF(), SJFBSBF()):  # a duration-blind shape and one with the expected duration
+        queue = PendingQueue(policy)
+        reqs = [req(f"j{k}", duration=float(100 * (k % 3) + 50), cls="ab"[k % 2], submit=k) for k in range(12)]
+        for r in reqs:
+            queue.add(r)
+        queue.retime_all([reqs[0], reqs[3], reqs[4]], 999.0)
+        queue.remove("j5")
+        queue.add(reqs[6])  # a job already queued: replaced
+        queue.retime(reqs[7], 50.0)
+        waiting = [r for r in reqs if r.job_id != "j5"]
+        expected = {}
+        for r in waiting:
+            shape = request_shape(r, policy.uses_duration)
+            expected[shape] = expected.get(shape, 0) + 1
+        assert {queue._shapes[sid][1]: queue._shapes[sid][0] for sid in queue._shapes} == expected
+        assert {queue._shape_ids[shape] for shape in expected} == set(queue._shapes)
+        assert {entry[2] for entry in queue._jobs.values()} == set(queue._shapes)
+        for r in waiting:
+            queue.remove(r.job_id)
+        assert queue._shapes == {} and queue._shape_ids == {}
+
+
+def test_horus_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them():
+    """horus answers some waits from the cycle's earlier decisions (``wait_reason``: a longer job of a
+    class that had to wait on this cluster version) without deciding: the cycle must start the same
+    jobs, count the same decisions and give the same reasons as one that asks every job."""
+    import numpy as np
+
+    from slurm_horus.placement import PairTable
+    from slurm_horus.placement.policies.horus import Horus
+    from test_placement import TablePredictor
+
+    rng = np.random.default_rng(23)
+    classes = [f"k{i}" for i in range(4)]
+    answered = 0
+    for trial in range(40):
+        values = {(a, b): float(rng.choice([0.375, 0.5, 0.625, 0.75, 0.875])) for a in classes for b in classes}
+        runs = []
+        for known in (True, False):
+            state = cluster(nodes=3, gpus=2)
+            policy = Horus(PairTable(TablePredictor(values), state.classes))
+            if not known:
+                policy.wait_reason = lambda *a: None
+            for g in range(6):
+                state.place(RunningJob(f"r{g}", classes[g % 4], (g,), 0.0, float(rng.choice([150.0, 900.0, 5000.0]))
+                                       if known else runs[0][3][g]))
+            ends = [state.jobs[f"r{g}"].expected_end for g in range(6)]
+            queue = PendingQueue(policy)
+            draws = np.random.default_rng(trial)
+            for k in range(int(draws.integers(3, 9)) if trial % 2 else 60):  # few: the guard walks long jobs first
+                queue.add(req(f"j{k}", duration=float(draws.choice([10.0, 60.0, 300.0, 2000.0, 9000.0, 50000.0]))
+                              + k * 1e-3, gpus=int(draws.choice([1, 1, 1, 2])), submit=k,
+                              cls=str(draws.choice(classes))))
+            calls = []
+            if known:
+                original = policy.wait_reason
+                policy.wait_reason = lambda *a: (lambda r: (calls.append(r), r)[1])(original(*a))
+            start, order = placer(state, policy, now=100.0)
+            result = run_cycle(state, policy, queue, 100.0, start)
+            answered += sum(r is not None for r in calls)
+            runs.append((order, result.tried, dict(result.waiting), ends))
+        assert runs[0][:3] == runs[1][:3], trial
+    assert answered > 0  # some waits were answered without deciding

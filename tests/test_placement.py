@@ -606,6 +606,103 @@ def test_sjf_bsbf_quick_decision_is_the_pipelines():
     assert {(True, False, True), (True, True, False), (False, False, False)} <= seen
 
 
+@pytest.mark.parametrize("rule,options", [("horus", {}), ("horus", {"require_benefit": False}),
+                                          ("horus", {"bsbf_gain": 0.0}), ("horus", {"bsbf_gain": 0.6}),
+                                          ("sjf-bsbf", {}), ("sjf-bsbf", {"sub_batch": False})])
+def test_wait_at_once_is_the_pipelines(rule, options):
+    """The shortcut that answers 'wait' without scoring GPUs (horus: no free GPU and no resident class
+    whose least or greatest expected end passes the benefit test; sjf-bsbf: likewise, sub-batched
+    variants included) gives exactly the pipeline's decision: full or nearly full random clusters,
+    1- and 2-GPU jobs, expected ends from far past to far future, predicted OOM pairs, ties."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus import Horus
+    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
+
+    rng = np.random.default_rng(13)
+    classes = ["m-bs64", "m-bs32", "m-bs16", "n-bs8", "n-bs4", "k0", "k1"]
+    solo = {("v100", c): t for c, t in (("m-bs64", 2.0), ("m-bs32", 3.5), ("m-bs16", 6.0), ("n-bs8", 4.0),
+                                         ("n-bs4", 7.0))}
+    answered = {"quick": 0, "pipeline": 0}
+    seen = set()
+    for trial in range(50):
+        values = {(a, b): float(rng.choice([0.0, 0.375, 0.5, 0.625, 0.75, 0.875]))
+                  for a in classes for b in classes}
+        for a in ("m-bs64", "n-bs8"):  # the largest batches mostly do not fit next to anything
+            values.update({(a, b): 0.0 for b in classes if rng.random() < 0.8})
+        state = cluster(4, 4, partitions=("p",) if trial % 4 else ("p", "q"))
+        table = PairTable(TablePredictor(values), state.classes)
+        policy = Horus(table, **options) if rule == "horus" else SJFBSBF(table, solo_tput=solo, **options)
+        for g in rng.permutation(16)[:int(rng.integers(13, 17))]:
+            end = float(rng.choice([50.0, 99.0, 100.0, 101.0, 400.0, 3000.0, 9000.0, 1e6]))
+            state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (int(g),), 0.0, end))
+        for g in rng.permutation(16)[:int(rng.integers(0, 6))]:  # a second resident: a full GPU
+            if state.gpu_njobs[g] == 1:
+                state.place(RunningJob(f"s{g}", str(rng.choice(classes)), (int(g),), 0.0, 500.0))
+        ctx = SchedulingContext(100.0, 30, int(rng.integers(20, 60)))
+        if trial % 2:
+            ctx.extra["window"] = [state.classes.id(str(c)) for c in rng.choice(classes, 3)]
+        for k in range(8):
+            req = JobRequest(f"n{k}", str(rng.choice(classes)), gpus_per_node=int(rng.choice([1, 1, 1, 2])),
+                             predicted_duration=float(rng.choice([1.0, 30.0, 100.0, 600.0, 20000.0, 1e6])),
+                             partition=str(rng.choice(["", "p", "q"])))
+            before = policy.pairs.n_observations
+            calls = []  # the per-GPU test ran (horus: _pair_ok; both: the pipeline's predictions)
+            spied = ("_fill_predictions", "_pair_ok") if rule == "horus" else ("_fill_predictions",)
+            for name in spied:
+                setattr(policy, name, lambda *a, _o=getattr(policy, name): (calls.append(1), _o(*a))[1])
+            quick = policy.decide(state, req, ctx)
+            for name in spied:
+                delattr(policy, name)
+            full = Policy.decide(policy, state, req, ctx, explain=True) if rule == "horus" \
+                else policy.decide(state, req, ctx, explain=True)
+            full.candidates = []
+            assert quick.to_dict() == full.to_dict(), (trial, k, options)
+            assert policy.pairs.n_observations == before
+            if calls:
+                answered["pipeline"] += 1
+            elif not quick.placed:
+                answered["quick"] += 1
+            seen.add((quick.placed, quick.shared, req.n_gpus))
+    # waits answered at once, and decisions that ran the per-GPU test, both compared
+    assert answered["quick"] > 0 and answered["pipeline"] > 0, answered
+    assert {(True, True, 1), (False, False, 1), (False, False, 2)} <= seen, seen
+
+
+@pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0}, {"score_rule": "combined"}])
+def test_horus_longer_jobs_of_a_class_that_waited_wait_like_the_pipeline(options):
+    """Within a cycle (one cluster version) horus keeps, per class, the least expected duration that
+    had to wait, and answers 'wait' at once for longer jobs of the class: every job of every class,
+    shortest first and longest first, must still get exactly the pipeline's decision."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(17)
+    classes = [f"k{i}" for i in range(5)]
+    durations = [1.0, 20.0, 60.0, 150.0, 400.0, 1000.0, 3000.0, 8000.0, 30000.0, 1e6]
+    outcomes, remembered = set(), 0
+    for trial in range(30):
+        values = {(a, b): float(rng.choice([0.375, 0.5, 0.625, 0.75, 0.875, 1.0])) for a in classes for b in classes}
+        state = cluster(4, 4)
+        policy = Horus(PairTable(TablePredictor(values), state.classes), **options)
+        for g in range(16):
+            end = float(rng.choice([50.0, 101.0, 300.0, 1200.0, 5000.0, 20000.0]))
+            state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (g,), 0.0, end))
+        for order in (durations, durations[::-1]):
+            ctx = SchedulingContext(100.0, 40, 40)
+            if trial % 2:
+                ctx.extra["window"] = [state.classes.id(str(c)) for c in rng.choice(classes, 2)]
+            for c in classes:
+                for k, duration in enumerate(order):
+                    req = JobRequest(f"n{k}", c, predicted_duration=duration, gpus_per_node=1 + (k % 4 == 3))
+                    quick = policy.decide(state, req, ctx)
+                    full = Policy.decide(policy, state, req, ctx, explain=True)
+                    full.candidates = []
+                    assert quick.to_dict() == full.to_dict(), (trial, c, duration, options)
+                    outcomes.add(quick.placed)
+            remembered += sum(len(f.memo) for f in ctx.extra["_feasible"][1].values())
+    assert outcomes == {True, False} and remembered > 0
+
+
 def test_horus_quick_decision_breaks_a_tie_with_a_free_gpu_like_the_pipeline():
     """A pair scoring exactly a free GPU's 1.0 on a lower GPU wins (first of the highest), both ways."""
     from slurm_horus.placement.framework import Policy

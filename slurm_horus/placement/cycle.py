@@ -80,7 +80,11 @@ class PendingQueue:
         self._keys: List[tuple] = []  # sorted (policy key, job id); may still hold the keys in _gone
         self._by_size: Dict[tuple, List[tuple]] = {}  # request geometry -> its jobs' keys, sorted (as _keys)
         self._gone: Dict[str, Tuple[tuple, tuple]] = {}  # job id -> (key, geometry) removed from _jobs, not yet from the lists
-        self._jobs: Dict[str, Tuple[tuple, JobRequest]] = {}
+        self._jobs: Dict[str, Tuple[tuple, JobRequest, int]] = {}  # job id -> (key, request, shape id)
+        # request shapes (:func:`request_shape`) of the waiting jobs: shape -> its id, id -> jobs of it
+        self._shape_ids: Dict[tuple, int] = {}
+        self._shapes: Dict[int, list] = {}  # id -> [waiting jobs of it, the shape]
+        self._next_shape = 0
         self._lent = False  # the lists are held by a snapshot: copy them before changing them
         self.gpus = 0
         self.work = 0.0
@@ -120,7 +124,7 @@ class PendingQueue:
             if old is not None:
                 self._delete(*old)
             self._insert(key, size)
-        self._jobs[req.job_id] = (key, req)
+        self._jobs[req.job_id] = (key, req, self._count_shape(req))
         n = req.gpus_per_node * req.nodes
         self.gpus += n
         self.work += req.expected_duration() * n
@@ -129,7 +133,8 @@ class PendingQueue:
         found = self._jobs.pop(job_id, None)
         if found is None:
             return None
-        key, req = found
+        key, req, sid = found
+        self._drop_shape(sid)
         self._gone[job_id] = (key, self._size(req))
         n = req.gpus_per_node * req.nodes
         self.gpus -= n
@@ -137,7 +142,30 @@ class PendingQueue:
         if not self._jobs:
             self.gpus, self.work = 0, 0.0  # no float drift across an empty queue
             self._keys, self._by_size, self._gone, self._lent = [], {}, {}, False
+            self._shapes, self._shape_ids = {}, {}
         return req
+
+    def _count_shape(self, req: JobRequest) -> int:
+        """The id of ``req``'s shape, counting one more waiting job of it."""
+        shape = request_shape(req, self.policy.uses_duration)
+        sid = self._shape_ids.get(shape)
+        if sid is None:
+            sid = self._shape_ids[shape] = self._next_shape
+            self._next_shape += 1
+            self._shapes[sid] = [0, shape]
+        self._shapes[sid][0] += 1
+        return sid
+
+    def _drop_shape(self, sid: int):
+        counted = self._shapes[sid]
+        counted[0] -= 1
+        if not counted[0]:
+            del self._shapes[sid]
+            del self._shape_ids[counted[1]]
+
+    def shapes_in(self, shape_ids) -> bool:
+        """Whether every waiting job's shape id is in ``shape_ids``."""
+        return len(shape_ids) >= len(self._shapes) and all(sid in shape_ids for sid in self._shapes)
 
     def retime(self, req: JobRequest, seconds: float):
         """Give the queued ``req`` a new ``predicted_duration`` (the duration estimator learned):
@@ -149,11 +177,14 @@ class PendingQueue:
         """:meth:`retime` for each of ``reqs`` (queued jobs), in one call (the float sums as remove,
         then add)."""
         jobs, key_of, work = self._jobs, self.policy.queue_key, self.work
+        with_duration = self.policy.uses_duration
         for req in reqs:
             job_id = req.job_id
-            key = jobs[job_id][0]
+            key, _, sid = jobs[job_id]
             n = req.gpus_per_node * req.nodes
             work -= req.expected_duration() * n
+            if with_duration:
+                self._drop_shape(sid)
             req.predicted_duration = seconds
             new = (key_of(req), job_id)
             if new != key:
@@ -161,7 +192,9 @@ class PendingQueue:
                 size = self._size(req)
                 self._delete(key, size)
                 self._insert(new, size)
-                jobs[job_id] = (new, req)
+            if with_duration:
+                sid = self._count_shape(req)
+            jobs[job_id] = (new, req, sid)
             work += req.expected_duration() * n
         self.work = work
 
@@ -229,6 +262,15 @@ class PendingQueue:
         return [jobs[key[1]][1] for key in self._flush()[:n]]
 
 
+def request_shape(req: JobRequest, with_duration: bool) -> tuple:
+    """What a decision reads of a request (its expected duration too when ``with_duration``, the
+    policy's ``uses_duration``): the cycle's equivalence cache asks one job of each shape, once,
+    until a job starts."""
+    return (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.extra_partitions, req.mem_mb,
+            req.exclusive, req.gpu_units, req.cpu_milli, req.memory_mib, req.gpu_type, req.gpu_types,
+            req.expected_duration() if with_duration else 0.0)
+
+
 @dataclass
 class CycleResult:
     started: List[Tuple[JobRequest, Decision]] = field(default_factory=list)
@@ -293,14 +335,15 @@ def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
     """The waiting jobs in the order this cycle asks about them: queue order, except that jobs
     reaching the policy's ``urgent_duration`` (the makespan guard) go first, longest first."""
     try:
-        return [req for req in _walk(state, policy, queue, ctx) if req is not None]
+        return [entry[1] for entry in _walk(state, policy, queue, ctx) if entry is not None]
     finally:
         queue.end_snapshot()
 
 
 def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
-          ctx: SchedulingContext, max_size: Optional[int] = None) -> Iterator[Optional[JobRequest]]:
+          ctx: SchedulingContext, max_size: Optional[int] = None) -> Iterator[Optional[tuple]]:
     """:func:`cycle_order`, lazily: a cycle asks about ``queue_depth`` jobs, not the whole queue.
+    Yields the queue's entries (key, request, shape id).
 
     The order is fixed now (a snapshot of the queue, the guard's threshold); a job that has left the
     queue by the time the walk reaches it comes out as None. ``max_size`` (only without a guard):
@@ -318,21 +361,28 @@ def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
         threshold = policy.urgent_duration(state, ctx)
         while k > 0 and jobs[keys[k - 1][1]][1].expected_duration() >= threshold:
             k -= 1
-    positions = itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))
-    return ((found[1] if found is not None and found[0] == keys[i] else None)
-            for i, found in ((i, jobs.get(keys[i][1])) for i in positions))
+    if k == len(keys):
+        return _entries(jobs, keys)
+    return _entries(jobs, (keys[i] for i in itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))))
+
+
+def _entries(jobs: dict, keys) -> Iterator[Optional[tuple]]:
+    """The queue entries of ``keys`` in order; None for a job that left the queue (or came back
+    under another key) meanwhile."""
+    get = jobs.get
+    for key in keys:
+        found = get(key[1])
+        yield found if found is not None and found[0] == key else None
 
 
 _END = object()
 
 
 def _narrow(queue: PendingQueue, max_size: int, after: Optional[tuple] = None,
-            leave_out=()) -> Iterator[Optional[JobRequest]]:
+            leave_out=()) -> Iterator[Optional[tuple]]:
     """The walk of an exclusive policy's cycle: the jobs asking for at most ``max_size`` GPUs, in
     queue order, past the key ``after``, leaving out the geometries in ``leave_out``."""
-    jobs = queue._jobs
-    return ((found[1] if found is not None and found[0] == key else None)
-            for key, found in ((key, jobs.get(key[1])) for key in queue.snapshot(max_size, after, leave_out)))
+    return _entries(queue._jobs, queue.snapshot(max_size, after, leave_out))
 
 
 def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: float,
@@ -372,7 +422,6 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
         classes = state.classes
         ctx.extra["window"] = [classes.id(req.job_class) for req in queue.head(options.window)]
     failed = set()  # request shapes that did not fit since the last start (equivalence cache)
-    with_duration = policy.uses_duration
     # a multi-GPU job needs ``nodes`` nodes with ``gpus_per_node`` GPUs that can take a job: when too
     # few nodes have them, every policy's pipeline answers "wait" (its filter and select only narrow
     # this down), so the answer is given without running it (the count is redone after a start)
@@ -383,25 +432,25 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     blocked = set()
     jobs = queue._jobs
     prune = not reclaiming and not explain
+    knows_waits = prune and type(policy).wait_reason is not Policy.wait_reason
     width = state.node_gpu_table.shape[1]
     room_version = state.version  # has_room was true at this version of the cluster
     walk_cap = int(state.n_free)  # an exclusive policy's walk: jobs asking for at most this many GPUs
     walk = iter(order)
     while result.tried < options.queue_depth:
-        req = next(walk, _END)
-        if req is _END:
+        entry = next(walk, _END)
+        if entry is _END:
             break
-        if req is None:
+        if entry is None:
             continue  # a reclaim or the caller took it out meanwhile
+        req = entry[1]
         result.examined += 1
         if not policy.share and req.gpu_units == 0 and req.n_gpus > state.n_free and not reclaiming:
             continue
         k = req.gpus_per_node
         if blocked and req.gpu_units == 0 and (k, req.nodes) in blocked:
             continue
-        shape = (req.job_class, req.gpus_per_node, req.nodes, req.partition, req.extra_partitions, req.mem_mb,
-                 req.exclusive, req.gpu_units, req.cpu_milli, req.memory_mib, req.gpu_type, req.gpu_types,
-                 req.expected_duration() if with_duration else 0.0)
+        shape = entry[2]  # the id of request_shape(req, policy.uses_duration)
         if shape in failed:
             continue
         result.tried += 1
@@ -417,6 +466,14 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                     walk_cap = int(state.n_free)
                     walk = _narrow(queue, walk_cap, jobs[req.job_id][0], blocked)
                 continue
+        if knows_waits:
+            reason = policy.wait_reason(state, req, ctx)
+            if reason is not None:  # what decide would answer, known from this cycle's decisions
+                failed.add(shape)
+                result.waiting[req.job_id] = reason
+                if queue.shapes_in(failed):
+                    break
+                continue
         decision = policy.decide(state, req, ctx, explain=explain)
         if not decision.placed and reclaiming:
             decision = reclaim_for(state, policy, req, ctx, decision, preempt, shrink, explain, result)
@@ -428,6 +485,8 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
         if not decision.placed:
             failed.add(shape)
             result.waiting[req.job_id] = decision.reason
+            if not reclaiming and queue.shapes_in(failed):
+                break  # every waiting job is of a shape that did not fit: the walk would ask none
         else:
             key = jobs[req.job_id][0]
             if start(req, decision):

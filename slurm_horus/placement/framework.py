@@ -54,6 +54,67 @@ class Cycle:
     res_tput: np.ndarray = None  # predicted throughput the resident keeps once joined
     score: np.ndarray = None
     notes: Dict[str, object] = field(default_factory=dict)
+    feasible: "Feasible" = None  # idx with what decisions read of it, shared within a cycle (read-only)
+
+
+class Feasible:
+    """The feasible GPUs of a request (``filter_gpus``) and what decisions read of them, computed once
+    per cluster version and request shape within a cycle: a cycle's decisions that place nothing
+    leave the cluster as it was, so the next job of the same shape finds the same GPUs. Every array
+    is read-only (shared by the cycle's decisions)."""
+
+    def __init__(self, state: ClusterState, idx: np.ndarray):
+        self.state = state
+        self.idx = idx
+        idx.flags.writeable = False
+        self._resident = None
+        self._first_free = None
+        self._ends = None
+        self._remaining = None
+        self.memo: Dict[object, object] = {}  # what a policy found of this cluster version (its own keys)
+
+    @property
+    def resident(self) -> np.ndarray:
+        """Class id of the first resident per feasible GPU (-1 when free)."""
+        if self._resident is None:
+            self._resident = self.state.gpu_class0[self.idx]
+            self._resident.flags.writeable = False
+        return self._resident
+
+    @property
+    def first_free(self) -> int:
+        """Position in ``idx`` of the first free GPU, -1 when none is free."""
+        if self._first_free is None:
+            free = self.resident < 0
+            self._first_free = int(np.argmax(free)) if free.any() else -1
+        return self._first_free
+
+    def end_range(self, n: int):
+        """(lo, hi), one entry per class id below ``n``: the least and the greatest expected end of
+        the first resident over the feasible GPUs that hold a job of that class (inf and -inf when
+        none does). A pair test that is monotone, or convex piecewise linear, in the resident's
+        remaining time passes on some GPU of a class only if it passes at one of these two ends."""
+        if self._ends is None or len(self._ends[0]) < n:
+            resident = self.resident
+            busy = resident >= 0
+            classes = resident[busy]
+            ends = self.state.gpu_end0[self.idx[busy]]
+            size = max(n, len(self.state.classes), int(classes.max()) + 1 if len(classes) else 0)
+            lo, hi = np.full(size, np.inf), np.full(size, -np.inf)
+            np.minimum.at(lo, classes, ends)
+            np.maximum.at(hi, classes, ends)
+            self._ends = (lo, hi)
+        lo, hi = self._ends
+        return lo[:n], hi[:n]
+
+    def remaining(self, n: int, now: float):
+        """(e_b, present): the remaining times ``max(end - now, 1)`` at the two ends of
+        :meth:`end_range` (rows: least, greatest; one column per class id below ``n``), and whether
+        any feasible GPU holds a job of the class."""
+        if self._remaining is None or self._remaining[0] != (n, now):
+            lo, hi = self.end_range(n)
+            self._remaining = ((n, now), np.maximum(np.stack((lo, hi)) - now, 1.0), hi >= lo)
+        return self._remaining[1], self._remaining[2]
 
 
 class Policy:
@@ -152,6 +213,35 @@ class Policy:
                 ok |= shareable
         return mask & ok
 
+    def _feasible(self, cycle: Cycle) -> Feasible:
+        """The request's feasible GPUs: ``filter_gpus``, computed once per cluster version and
+        request shape within a cycle (``ctx.extra``) unless the policy filters on its own."""
+        state, req = cycle.state, cycle.req
+        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
+            return Feasible(state, np.flatnonzero(self.filter_gpus(cycle)))
+        cache, shape = self._feasible_cache(state, req, cycle.ctx)
+        found = cache.get(shape)
+        if found is None:
+            found = cache[shape] = Feasible(state, np.flatnonzero(self.filter_gpus(cycle)))
+        return found
+
+    def _feasible_cache(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext):
+        """(the cycle's Feasible per request shape for this cluster version, ``req``'s shape)."""
+        extra = ctx.extra
+        version = (id(self), id(state), state.version, self.share, self.max_jobs_per_gpu, self.lending)
+        cache = extra.get("_feasible")
+        if cache is None or cache[0] != version:
+            cache = extra["_feasible"] = (version, {})
+        shape = (req.partition, tuple(req.extra_partitions) if self.lending else (), req.gpu_type, tuple(req.gpu_types),
+                 req.cpu_milli, req.memory_mib, req.gpu_units, req.mem_mb, req.exclusive)
+        return cache[1], shape
+
+    def wait_reason(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> Optional[str]:
+        """Why ``req`` must wait, when the policy already knows it from this cycle's earlier decisions
+        on this cluster version (the reason :meth:`decide` would give); None: ask :meth:`decide`.
+        The cycle asks this first (not when reclaiming or explaining); the base policy never knows."""
+        return None
+
     def node_mask(self, state: ClusterState, req: JobRequest) -> np.ndarray:
         """Nodes a CPU-only job may use: partition, CPUs and host memory."""
         parts = self.partitions_of(req)
@@ -176,7 +266,8 @@ class Policy:
 
     def _fill_predictions(self, cycle: Cycle):
         state, idx = cycle.state, cycle.idx
-        resident = state.gpu_class0[idx]
+        feasible = cycle.feasible
+        resident = feasible.resident if feasible is not None and feasible.idx is idx else state.gpu_class0[idx]
         free = resident < 0
         cycle.free, cycle.resident = free, resident
         if self.pairs is None:
@@ -267,8 +358,8 @@ class Policy:
         if req.n_gpus == 0:
             return self._decide_cpu_only(state, req)
         cycle = Cycle(state, req, ctx, state.classes.id(req.job_class))
-        mask = self.filter_gpus(cycle)
-        cycle.idx = np.flatnonzero(mask)
+        cycle.feasible = self._feasible(cycle)
+        cycle.idx = cycle.feasible.idx
         if len(cycle.idx) < req.n_gpus:
             return Decision(req.job_id, False, self.name, reason="not enough free or shareable GPUs",
                             n_feasible=len(cycle.idx))

@@ -46,10 +46,10 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..fragmentation import FragmentationModel
-from ..framework import NEG_INF, Policy, pressure
+from ..framework import NEG_INF, Feasible, Policy, pressure
 from ..request import Decision
 from .fgd import _sigmoid_score as _fgd_score
-from .sjf_bsbf import pair_benefit
+from .sjf_bsbf import PAIR_EPS, pair_benefit
 
 
 class Horus(Policy):
@@ -152,33 +152,53 @@ class Horus(Policy):
         return any(shape.units > 0 for shape, _ in self.fragmentation.typical)
 
     def decide_quickly(self, cycle):
-        """The pipeline's answer for a 1-GPU job on one GPU type, without scoring every GPU.
+        """The pipeline's answer on one GPU type, without scoring every GPU: for a 1-GPU job, and
+        for a larger job when it can only wait.
 
         Under pressure a free GPU scores ``free_score`` and a qualifying pair its class's value, so
         the GPU :meth:`select` takes (the first of the highest score) is found by testing the pairs of
         the best-valued resident class first: the SJF-BSBF benefit, the only per-GPU test, is then
         computed on a few hundred GPUs instead of thousands. When that class has no qualifying GPU,
-        all the classes that could still beat a free GPU are tested at once. Held equal to the
-        pipeline by tests/test_placement.py."""
+        all the classes that could still beat a free GPU are tested at once. Classes none of whose
+        GPUs can pass the benefit test (:meth:`_may_pair`, from their least and greatest expected
+        end) are left out, and with no free GPU and no such class the job waits at once, whatever
+        its size. Held equal to the pipeline by tests/test_placement.py."""
         state, req = cycle.state, cycle.req
-        if req.n_gpus != 1 or len(state.gpu_types) != 1 or self.min_tput <= 0:
+        if len(state.gpu_types) != 1 or self.min_tput <= 0:
             return None  # (min_tput > 0: a qualifying pair never has a predicted 0, masked later)
         if req.gpu_units > 0 or (req.exclusive and self._fractional_workload()):
             return None  # a fraction of a GPU: FGD's rule (_score_fraction), the pipeline's
-        resident = state.gpu_class0[cycle.idx]
-        free = resident < 0
-        first_free = int(np.argmax(free)) if free.any() else -1
+        feasible = cycle.feasible
+        if feasible is None or feasible.idx is not cycle.idx:
+            feasible = Feasible(state, np.array(cycle.idx))
+        resident = feasible.resident
+        first_free = feasible.first_free
+        if req.n_gpus != 1:
+            # the pipeline scores only free GPUs and qualifying pairs: with neither, it waits
+            if first_free >= 0 or (not pressure(cycle) and req.n_gpus <= state.n_free) \
+                    or not self._waits(cycle, feasible)[0]:
+                return None
+            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+                            n_feasible=len(cycle.idx))
         if not pressure(cycle) and req.n_gpus <= state.n_free:
             cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
             if first_free < 0:
                 return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy",
                                 n_feasible=len(cycle.idx))
             return self._decision_at(cycle, [first_free])
+        may = None
+        if first_free < 0:
+            waits, may = self._waits(cycle, feasible)
+            if waits:
+                return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+                                n_feasible=len(cycle.idx))
         jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
         need_c = ok_c | bsbf_c
         need_c[-1] = False
         floor = self.free_score if first_free >= 0 else NEG_INF
         need_c &= value >= floor  # a class valued below a free GPU can never be selected
+        if need_c.any():
+            need_c &= may if may is not None else self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
         best_pos, best_value = -1, NEG_INF
         if need_c.any():
             top = value[need_c].max()
@@ -202,6 +222,108 @@ class Horus(Policy):
             return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
                             n_feasible=len(cycle.idx))
         return self._decision_at(cycle, [best_pos])
+
+    def wait_reason(self, state, req, ctx):
+        """A job of a class that had to wait in this cycle, on this cluster version, for no longer a
+        duration (:meth:`_waits`' memo), under the same conditions as :meth:`decide_quickly`'s
+        answer: the same reason, without building the decision."""
+        if type(self).decide_quickly is not Horus.decide_quickly or req.n_gpus == 0 or req.gpu_units > 0:
+            return None
+        c = state.classes.ids.get(req.job_class)
+        if c is None or len(state.gpu_types) != 1 or self.min_tput <= 0 or type(self)._feasible is not Policy._feasible:
+            return None
+        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
+            return None
+        cache, shape = self._feasible_cache(state, req, ctx)
+        feasible = cache.get(shape)
+        if feasible is None:
+            return None
+        least = feasible.memo.get(("horus-waits", id(self), c))
+        if least is None or req.expected_duration() < least:
+            return None
+        if len(feasible.idx) < req.n_gpus or feasible.first_free >= 0:
+            return None
+        if req.exclusive and self._fractional_workload():
+            return None
+        if req.n_gpus <= state.n_free and ctx.waiting_gpus <= state.n_free:  # no pressure: the free-GPU rule
+            return None
+        return "no free GPU and no pair predicted worth sharing"
+
+    def _waits(self, cycle, feasible):
+        """(waits, may): with no free feasible GPU, under pressure, whether no GPU can pass the pair
+        test (the job waits, whatever its size), and :meth:`_may_pair` (None when not computed).
+
+        Kept per class for the cycle's decisions on this cluster version (``Feasible.memo``): the
+        least expected duration E_a found to wait. A longer job of the class waits too: its gain
+        (benefit over E_a + e_b) falls as E_a grows (it ends last: ``(T_seq − T_con)`` is constant in
+        E_a over a resident's time e_b·k, k = 1 − (1 − ½t_a)/t_b; it ends first: the gain's slope is
+        −e_b·(1 − ½t_b)/t_a/(E_a + e_b)², negative while t_b < 2), except where it ends last and k < 0,
+        where the benefit is negative whatever E_a. Recorded only where that holds beyond rounding
+        (every candidate's t_b < 2, and k ≥ 0 or k ≤ −1e-6 for the classes of the ``> 0`` test)."""
+        c = cycle.class_id
+        e_a = cycle.req.expected_duration()
+        key = ("horus-waits", id(self), c)
+        least = feasible.memo.get(key)
+        if least is not None and e_a >= least:
+            return True, None
+        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+        may = self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
+        if may.any():
+            return False, may
+        n = len(jt) - 1
+        k = np.flatnonzero((ok_c[:n] | bsbf_c[:n]) & feasible.remaining(n, cycle.ctx.now)[1])
+        monotone = True
+        if len(k) and self.require_benefit:
+            ta, tb = np.maximum(jt[k], 1e-9), np.maximum(rt[k], 1e-9)
+            coef = 1.0 - (1.0 - 0.5 * ta) / tb
+            monotone = bool((tb < 2.0).all() and not (ok_c[k] & (coef < 0) & (coef > -1e-6)).any())
+        elif len(k):
+            monotone = bool((rt[k] < 2.0).all())
+        if monotone and (least is None or e_a < least):
+            feasible.memo[key] = e_a
+        return True, may
+
+    def _may_pair(self, cycle, feasible, jt, rt, ok_c, bsbf_c):
+        """Per resident class (the trailing entry, a free GPU: False): whether some feasible GPU
+        holding a job of that class may pass :meth:`_pair_ok`; False only when none can.
+
+        With the job's expected run E_a and the class's throughputs fixed, SJF-BSBF's benefit
+        T_seq − T_con is continuous and piecewise linear in the resident's remaining time e_b: two
+        pieces, the later (the job ends last) of slope ½. The tests ``gain > 0`` and ``gain ≥
+        bsbf_gain`` (gain: the benefit over E_a + e_b) are ``benefit − g·(E_a + e_b) ≥ 0``, whose
+        later piece rises while g < ½: convex or rising, it is largest at an end of the interval, so
+        a class passes on some GPU only if it passes at its least or greatest expected end
+        (:meth:`Feasible.end_range`). Tested there with a margin far above rounding (``PAIR_EPS``
+        times the class's largest E_a + e_b); with ``bsbf_gain`` ≥ ½ every class present may pass
+        (no shortcut)."""
+        n = len(jt) - 1
+        out = np.zeros(n + 1, dtype=bool)
+        e_b, present = feasible.remaining(n, cycle.ctx.now)
+        if not self.require_benefit and self.bsbf_gain <= 0:
+            out[:n] = ok_c[:n] & present
+            return out
+        k = np.flatnonzero((ok_c[:n] | bsbf_c[:n]) & present)
+        if len(k) == 0:
+            return out
+        if self.bsbf_gain >= 0.5:
+            out[k] = True
+            return out
+        # T_seq − T_con (sjf_bsbf.pair_times) at both ends at once: rows least, greatest e_b
+        e_a = cycle.req.expected_duration()
+        e_b = e_b[:, k]
+        ta, tb = np.maximum(jt[k], 1e-9), np.maximum(rt[k], 1e-9)
+        eh_a, eh_b = e_a / ta, e_b / tb
+        shorter = np.minimum(eh_a, eh_b)
+        t_con = np.where(eh_a >= eh_b, 0.5 * e_a + shorter * (1.0 - 0.5 * ta), 0.5 * e_b + shorter * (1.0 - 0.5 * tb))
+        work = e_a + e_b
+        # the benefit plus the margin, which scales with the class's largest E_a + e_b (the bound
+        # holds between the ends)
+        slack = (e_b + 0.5 * e_a) - t_con + PAIR_EPS * work[1]
+        may = (ok_c[k] & (slack.max(axis=0) > 0)) if self.require_benefit else ok_c[k]
+        if self.bsbf_gain > 0:
+            may = may | (bsbf_c[k] & ((slack - self.bsbf_gain * work).max(axis=0) > 0))
+        out[k] = may
+        return out
 
     def score_gpus(self, cycle):
         req = cycle.req
@@ -267,18 +389,33 @@ class Horus(Policy):
         """Per resident class (trailing entry: a free GPU): the job's and the resident's predicted
         throughputs, the class-level tests (``ok_c``: combined, known-pair threshold, min_tput,
         window; ``bsbf_c``: the short-next-to-long exception's class part) and the score of a
-        qualifying GPU (a free GPU's: ``free_score``). Kept for the cycle (``ctx.extra``) until the
-        pair table learns something: they depend on the class, the table and the window only."""
+        qualifying GPU (a free GPU's: ``free_score``). Kept from cycle to cycle until the pair table
+        learns something: they depend on the class, the table and the set of window classes only."""
         state = cycle.state
         c = cycle.class_id
-        mat = self.pairs.matrix(state.gpu_types[0])
-        cache = cycle.ctx.extra.setdefault("_class_tests", {})
-        key = (id(self), c, id(mat), len(mat), self.pairs.n_observations)
-        found = cache.get(key)
+        gpu_type = state.gpu_types[0]
+        mat = self.pairs.matrix(gpu_type)
+        cache = self.__dict__.get("_tests_cache")
+        if cache is None or cache[0] is not mat or cache[1] != (gpu_type, len(mat), self.pairs.n_observations):
+            cache = self._tests_cache = (mat, (gpu_type, len(mat), self.pairs.n_observations), {})
+        extra = cycle.ctx.extra
+        window = extra.get("window")
+        seen = extra.get("_window_key")
+        if seen is None or seen[0] is not window:
+            seen = extra["_window_key"] = (window, frozenset(window) if window is not None and len(window) else None)
+        # the window's best partners are computed once per cycle (:meth:`_partner_by_class`): the
+        # tests depend on the table as it was then
+        at = None
+        if seen[1] is not None:
+            best = extra.get("_best_partner", {}).get((id(self), gpu_type))
+            at = extra.get(("_best_partner_at", id(self), gpu_type)) if best is not None and len(best) == len(mat) + 1 \
+                else self.pairs.n_observations
+        key = (c, seen[1], at)
+        found = cache[2].get(key)
         if found is None:
-            found = cache[key] = self._compute_class_tests(cycle, c, mat)
+            found = cache[2][key] = self._compute_class_tests(cycle, c, mat)
             for array in found:
-                array.flags.writeable = False  # shared by the cycle's decisions
+                array.flags.writeable = False  # shared by the decisions
         return found
 
     def _compute_class_tests(self, cycle, c, mat):
@@ -328,6 +465,7 @@ class Horus(Policy):
             # trailing 0: a free GPU (resident -1) has no partner to keep it for
             best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
             cache[(id(self), name)] = best
+            cycle.ctx.extra[("_best_partner_at", id(self), name)] = self.pairs.n_observations
         return best
 
     def _best_partner(self, cycle, window):

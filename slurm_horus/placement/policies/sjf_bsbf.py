@@ -28,7 +28,12 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ...interference.classes import micro_batch_speed, smaller_batches, with_batch
-from ..framework import NEG_INF, Policy, SJFMixin
+from ..framework import NEG_INF, Feasible, Policy, SJFMixin
+from ..request import Decision
+
+# margin of the shortcuts' bounds on a pair test: far above rounding (relative 1e-15), far below any
+# difference that matters; a bound within it sends the decision to the exact test
+PAIR_EPS = 1e-9
 
 
 def pair_times(e_a, e_b, tput_a, tput_b):
@@ -52,6 +57,31 @@ def pair_benefit(e_a, e_b, tput_a, tput_b):
     """T_seq − T_con of the SJF-BSBF rule (vectorized); > 0 means sharing is worth it."""
     t_con, t_seq = pair_times(e_a, e_b, tput_a, tput_b)
     return t_seq - t_con
+
+
+def may_beat_waiting(e_a_con, e_a, e_b, tput_a, tput_b):
+    """Whether ``T_con < T_seq`` may hold for some remaining time of the partner in an interval:
+    ``e_b`` holds the interval's ends (first half: the least, second half: the greatest, one per
+    pair of throughputs in ``tput_a``/``tput_b``). ``e_a_con`` is the job's exclusive time in T_con
+    (E_a, or E_a / speed sub-batched; one per pair, or one for all), ``e_a`` the one in T_seq.
+
+    T_seq − T_con is continuous and piecewise linear in e_b, in two pieces, the later (the job ends
+    last) of slope ½: convex or rising, it is largest at an end of the interval, so it is positive
+    somewhere only if it is positive at an end (up to a margin far above rounding, ``PAIR_EPS``
+    times the largest values involved)."""
+    tput_a = np.concatenate((tput_a, tput_a))
+    tput_b = np.concatenate((tput_b, tput_b))
+    if np.ndim(e_a_con):
+        e_a_con = np.concatenate((e_a_con, e_a_con))
+    t_con, _ = pair_times(e_a_con, e_b, tput_a, tput_b)
+    t_seq = e_b + 0.5 * e_a
+    half = len(e_b) // 2
+    scale = np.abs(t_seq) + np.abs(t_con)
+    # the margin scales with the interval's largest values: the bound holds between the ends
+    scale = np.maximum(scale[:half], scale[half:]) + (e_a_con[half:] if np.ndim(e_a_con) else e_a_con) \
+        + e_a + e_b[half:]
+    slack = t_seq - t_con
+    return np.maximum(slack[:half], slack[half:]) + PAIR_EPS * scale > 0
 
 
 def batch_speed(solo_tput: Dict[Tuple[str, str], float], gpu_type: str, job_class: str,
@@ -86,7 +116,7 @@ class SJFBSBF(SJFMixin, Policy):
         if not oom.any():
             return
         state = cycle.state
-        variants = smaller_batches(cycle.req.job_class, state.classes.names)
+        variants = self._smaller_batches(cycle.req.job_class, state.classes.names)
         if not variants:
             return
         job_tput, res_tput = cycle.job_tput.copy(), cycle.res_tput.copy()
@@ -121,17 +151,84 @@ class SJFBSBF(SJFMixin, Policy):
                     self._variant_of_gpu[int(g)] = (micro, accum, variant)
         cycle.job_tput, cycle.res_tput = job_tput, res_tput
 
+    def _smaller_batches(self, job_class, names):
+        """:func:`smaller_batches` of ``job_class`` among the known classes (kept per class until
+        a new class is known)."""
+        cache = self.__dict__.setdefault("_variants_cache", {})
+        key = (job_class, id(names), len(names))
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = smaller_batches(job_class, names)
+        return found
+
     def decide_quickly(self, cycle):
-        """A 1-GPU job with a free feasible GPU takes the first one (a free GPU scores above any
-        pair, first fit among them): the pipeline's answer without computing T_con on every shared
-        GPU. Held equal to the pipeline by tests/test_placement.py."""
-        if cycle.req.n_gpus != 1:
+        """The pipeline's answer without computing T_con on every shared GPU: a 1-GPU job with a free
+        feasible GPU takes the first one (a free GPU scores above any pair, first fit among them);
+        with no free feasible GPU on one GPU type, a job waits at once when no pair can beat waiting
+        (:meth:`_may_share`). Held equal to the pipeline by tests/test_placement.py."""
+        req = cycle.req
+        feasible = cycle.feasible
+        if feasible is None or feasible.idx is not cycle.idx:
+            feasible = Feasible(cycle.state, np.array(cycle.idx))
+        first_free = feasible.first_free
+        if first_free >= 0:
+            if req.n_gpus != 1:
+                return None
+            self._variant_of_gpu = {}
+            return self._decision_at(cycle, [first_free])
+        if self.pairs is None or len(cycle.state.gpu_types) != 1 or self._may_share(cycle, feasible):
             return None
-        free = cycle.state.gpu_class0[cycle.idx] < 0
-        if not free.any():
-            return None
-        self._variant_of_gpu = {}
-        return self._decision_at(cycle, [int(np.argmax(free))])
+        return Decision(req.job_id, False, self.name, reason="sharing would not beat waiting (SJF-BSBF rule)",
+                        n_feasible=len(cycle.idx))
+
+    def _may_share(self, cycle, feasible) -> bool:
+        """Whether some feasible GPU (one GPU type, none free) may get a finite score: a pair, or a
+        sub-batched pair, whose T_con may beat T_seq (:func:`may_beat_waiting` at the least and the
+        greatest expected end of each resident class). False: the pipeline scores every GPU -inf."""
+        state, req = cycle.state, cycle.req
+        gpu_type = state.gpu_types[0]
+        mat = self.pairs.matrix(gpu_type)
+        lo, hi = feasible.end_range(len(mat))
+        k = np.flatnonzero(hi >= lo)
+        if len(k) == 0:
+            return False
+        c = cycle.class_id
+        e_a = req.expected_duration()
+        now = cycle.ctx.now
+        e_b = np.maximum(np.concatenate((lo[k], hi[k])) - now, 1.0)
+        mine = mat[c, k]
+        if may_beat_waiting(e_a, e_a, e_b, mine, mat[k, c]).any():
+            return True
+        if not self.sub_batch or req.n_gpus != 1:
+            return False
+        oom = k[mine <= 0]
+        if len(oom) == 0:
+            return False
+        ids, speeds = self._variant_speeds(req.job_class, gpu_type, state.classes)
+        if len(ids) == 0:
+            return False
+        # every (variant, resident class) at once: variant-major, as the pipeline's loop
+        n = len(ids)
+        mine, theirs = mat[np.ix_(ids, oom)].ravel(), mat[np.ix_(oom, ids)].T.ravel()
+        e_b = np.maximum(np.concatenate((np.tile(lo[oom], n), np.tile(hi[oom], n))) - now, 1.0)
+        fits = (mine > 0) & (theirs > 0)
+        return bool((fits & may_beat_waiting(np.repeat(e_a / speeds, len(oom)), e_a, e_b, mine, theirs)).any())
+
+    def _variant_speeds(self, job_class, gpu_type, classes):
+        """The sub-batched variants of ``job_class`` with a known speed: their class ids and speeds
+        (:func:`batch_speed`), kept until a new class is known."""
+        cache = self.__dict__.setdefault("_speeds_cache", {})
+        key = (job_class, gpu_type, id(classes.names), len(classes.names))
+        found = cache.get(key)
+        if found is None:
+            ids, speeds = [], []
+            for _micro, _accum, variant in self._smaller_batches(job_class, classes.names):
+                speed = batch_speed(self.solo_tput, gpu_type, job_class, variant)
+                if speed is not None:
+                    ids.append(classes.ids[variant])
+                    speeds.append(speed)
+            found = cache[key] = (np.array(ids, dtype=np.intp), np.array(speeds, dtype=np.float64))
+        return found
 
     def score_gpus(self, cycle):
         free = cycle.free
