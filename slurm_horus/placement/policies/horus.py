@@ -197,8 +197,11 @@ class Horus(Policy):
         need_c[-1] = False
         floor = self.free_score if first_free >= 0 else NEG_INF
         need_c &= value >= floor  # a class valued below a free GPU can never be selected
-        if need_c.any():
-            need_c &= may if may is not None else self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
+        if may is not None and need_c.any():
+            # (with a free GPU the prune is not worth its cost: a cycle that starts jobs changes the
+            # cluster at every start, so the classes' expected ends would be gathered for each job;
+            # _pair_ok tests the same classes exactly)
+            need_c &= may
         best_pos, best_value = -1, NEG_INF
         if need_c.any():
             top = value[need_c].max()
