@@ -146,7 +146,9 @@ def test_a_hung_horusd_trips_the_breaker_and_decides_nothing_for_submitters_who_
         os.kill(pid, signal.SIGCONT)
     assert all(job for job, _ms, _err in submitted)
     outcomes = slurmctld_outcomes(clean, 8)
-    assert outcomes[:3] == ["unchanged: horusd receive: timeout"] * 3, outcomes
+    # on a loaded machine the deadline may run out before receive ("horusd timeout"): the same hung
+    # path, the one the breaker counts
+    assert all(re.fullmatch(r"unchanged: horusd (receive: )?timeout", o) for o in outcomes[:3]), outcomes
     assert outcomes[3:] == ["unchanged: horusd circuit open"] * 5, outcomes
     time.sleep(1.0)
     after = ping(clean)
