@@ -478,6 +478,21 @@ def test_horus_risk_explores_unknown_pairs_within_its_budget_then_weighs_risk():
     assert policy.explored == {"v100": 1}
 
 
+def test_horus_risk_forgets_exploring_answers_that_never_ran():
+    """horusd asks for offers every second and most are never taken: their exploring answers must not
+    pile up (only the newest EXPLORING_KEPT are remembered until their job runs)."""
+    state = cluster(1, 1)
+    policy = make_policy("horus-risk/explore_budget=100", models_for(state, TablePredictor(default=0.6)))
+    policy.EXPLORING_KEPT = 8
+    state.place(RunningJob("a", "a", (0,), 0.0, 100.0))
+    for i in range(30):  # decided, never run
+        ctx = SchedulingContext(0.0, 3, 3)
+        assert "explores" in policy.decide(state, JobRequest(f"o{i}", "n", predicted_duration=20.0), ctx).reason
+    assert list(policy._exploring) == [f"o{i}" for i in range(22, 30)]
+    run(policy, state, JobRequest("o29", "n", predicted_duration=20.0), n_waiting=3, waiting_gpus=3)
+    assert policy.explored == {"v100": 1} and "o29" not in policy._exploring
+
+
 def test_horus_risk_counts_the_duration_spread():
     """The same measured pair: taken when the durations are known, refused under a wide duration spread
     once its benefit must clear it."""

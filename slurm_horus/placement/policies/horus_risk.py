@@ -71,6 +71,8 @@ class HorusRisk(Horus):
     guard_queue = 2.0
     frag_tolerance = 0.0  # milli-GPU: fragmentation increases this close to the least count as equal
 
+    EXPLORING_KEPT = 4096  # exploring answers remembered until their job runs (horusd's offers are never all taken)
+
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, fragmentation=fragmentation, **options)
         self.explored = {}  # GPU type -> jobs placed with an unknown pair on the benefit alone
@@ -184,6 +186,8 @@ class HorusRisk(Horus):
         if decision.shared and explore is not None and len(explore) == len(cycle.idx) and explore[chosen].any():
             gpu_type = cycle.state.gpu_types[int(cycle.state.gpu_type_id[cycle.idx[chosen[0]]])]
             self._exploring[decision.job_id] = gpu_type
+            while len(self._exploring) > self.EXPLORING_KEPT:  # answers never applied (offers, dry runs)
+                self._exploring.pop(next(iter(self._exploring)))
             decision.reason += f" (explores an unknown pair: {self.explored.get(gpu_type, 0)} of " \
                                f"{self.explore_budget} on {gpu_type} spent)"
         return decision
