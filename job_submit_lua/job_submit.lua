@@ -277,6 +277,15 @@ function horus.left_message(job, submit_uid, why)
   return json_value({ op = "left", uid = submit_uid, user = job.user_name, reason = why })
 end
 
+-- A job ended (EpilogSlurmctld, horus_epilog.lua): horusd reads the queue at once, so that its cycle
+-- places the jobs it keeps on the GPUs that job freed. Returns that line, or nil for no job id
+-- (twin: lua_twin.ended_message).
+function horus.ended_message(job_id)
+  local id = tonumber(string.match(tostring(job_id or ""), "^%s*(%d+)%s*$") or "")
+  if id == nil or id <= 0 or id >= 4294967296 then return nil end
+  return json_value({ op = "ended", job_id = id })
+end
+
 -- An offer is where a 1-GPU job of a class would go on any GPU: only a job asking for just that
 -- (one GPU on one node, of no particular type, in no particular partition) may take one
 -- (twin: lua_twin.offer_fits).

@@ -67,6 +67,7 @@ def paths_command():
         ("horus command", horus_command()),
         ("horus-sbatch", shutil.which("horus-sbatch") or str(Path(sys.executable).parent / "horus-sbatch")),
         ("job_submit.lua", str(resource_path("job_submit_lua", "job_submit.lua"))),
+        ("EpilogSlurmctld", str(resource_path("job_submit_lua", "horus_epilog.lua"))),
         ("site file examples", str(resource_dir("hpc_configs"))),
         ("report templates", str(resource_dir("templates"))),
         ("site file", f"{_config_path()}" + ("" if os.path.exists(_config_path()) else " (absent: defaults)")),

@@ -725,3 +725,19 @@ def test_apply_twin_sub_batching_reaches_the_environment(lua):
     untouched = {**job, "environment": dict(job["environment"])}
     lua_twin.apply(untouched, plain)
     assert untouched["environment"] == {"PATH": "/usr/bin"} and sub_batching(parse_horus_tokens(untouched["admin_comment"])[1]) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.none(), st.integers(-5, 2 ** 33), st.text(alphabet=" \t0123456789x.e-+", max_size=12)))
+def test_ended_message_twin(lua, job_id):
+    """EpilogSlurmctld's SLURM_JOB_ID -> the line for horusd: the same in Lua 5.1 and its twin."""
+    value = None if job_id is None else str(job_id)
+    line = lua.globals().HORUS.ended_message(value)
+    assert (None if line is None else json.loads(line)) == lua_twin.ended_message(value)
+
+
+def test_ended_message_reads_a_job_id_only():
+    assert lua_twin.ended_message("42") == {"op": "ended", "job_id": 42}
+    assert lua_twin.ended_message(" 7\n") == {"op": "ended", "job_id": 7}
+    for bad in (None, "", "0", "-3", "1.5", "0x10", "1e3", "4294967296", "x"):
+        assert lua_twin.ended_message(bad) is None

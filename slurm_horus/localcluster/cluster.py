@@ -38,6 +38,7 @@ DEFAULT_NODES = 4
 DEFAULT_GPUS = 4
 DEFAULT_CLUSTER_NAME = "horus"
 MUNGE_SOCKET_NAME = "munge.socket.2"
+EPILOG_NAME = "horus_epilog.lua"  # job_submit_lua/: tells horusd each job's end (EpilogSlurmctld)
 # Longest usable AF_UNIX path on Linux is 107 bytes; munged and mariadbd put sockets in the dir.
 MAX_SOCKET_PATH = 107
 PORT_ATTEMPTS = 4
@@ -167,7 +168,7 @@ class LocalCluster:
                  job_submit_lua=None, cluster_name=DEFAULT_CLUSTER_NAME, base_port=None,
                  use_golden_db=True, horus=False, horus_settings=None, job_submit_plugin=True,
                  partitions=None, extra_conf=(), cred_expire=None, slurm=None, backup_controller=False,
-                 shards_per_gpu=files.SHARDS_PER_GPU):
+                 shards_per_gpu=files.SHARDS_PER_GPU, ended_epilog=True):
         if nodes < 1 or gpus < 1:
             raise InputError("a local cluster needs at least 1 node and 1 GPU per node")
         self.temporary = directory is None
@@ -185,6 +186,8 @@ class LocalCluster:
         self.job_submit_plugin = job_submit_plugin  # False: no JobSubmitPlugins line (a baseline)
         self.partitions = partitions  # PartitionName= lines (default: "debug" over all nodes)
         self.extra_conf = list(extra_conf)  # more slurm.conf lines (e.g. preemption)
+        # with horus: EpilogSlurmctld = horus_epilog.lua beside job_submit.lua (horusd hears of each job end)
+        self.ended_epilog = ended_epilog
         self.cred_expire = cred_expire  # seconds; also the wait of a requeued job (Slurm's default 120)
         # which Slurm: a name (system, 24.11, 26.05; None: $HORUS_LOCAL_SLURM or system) or a SlurmInstall
         self.install = slurm_install(slurm) if slurm is None or isinstance(slurm, str) else slurm
@@ -448,6 +451,10 @@ class LocalCluster:
         os.chmod(key, 0o400)
         (layout.etc / "plugstack.conf").write_text("")
         self.install_job_submit(self.job_submit_lua)
+        if self.horus and self.ended_epilog:
+            epilog = layout.etc / EPILOG_NAME
+            shutil.copyfile(resource_path("job_submit_lua", EPILOG_NAME), epilog)
+            os.chmod(epilog, 0o755)
 
     def _choose_ports(self):
         count = 1 + self.nodes + (2 if self.with_dbd else 0) + (1 if self.horus else 0)
@@ -461,6 +468,8 @@ class LocalCluster:
     def _write_configs(self):
         layout = self.layout
         controllers, node_addr, extra = ("localhost",), "127.0.0.1", list(self.extra_conf)
+        if self.horus and self.ended_epilog:
+            extra.append(f"EpilogSlurmctld={layout.etc / EPILOG_NAME}")
         if self.backup is not None:
             controllers = (f"{backup_host.primary_host()}({self.backup['here']})",
                            f"{backup_host.BACKUP_HOST}({self.backup['there']})")

@@ -37,7 +37,7 @@ from .history import History
 from .mover import Mover
 from .offers import OffersFile
 from .protocol import error, parse_request, unchanged
-from .snapshot import Snapshot
+from .snapshot import RUNNING_STATES, Snapshot
 from .threads import run_in_background
 from .server import Frontend, raise_fd_limit
 
@@ -63,6 +63,8 @@ def _cpu_seconds():
 # an early refresh (a job was kept, or left to Slurm) starts this long after the last one at the
 # soonest, and no sooner than the last one took: a burst of submissions folds into few squeue calls
 MIN_REFRESH_GAP_S = 0.1
+ENDED_RETRY_S = 0.15  # an ended job squeue still shows running (COMPLETING): read again this much later
+ENDED_PATIENCE_S = 3.0  # ... for at most this long after EpilogSlurmctld's word
 CONTROLLER_CHECK_S = 2.0  # how often each horusd asks which slurmctld is in control (failover)
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
@@ -176,6 +178,9 @@ class Horusd:
         self._decision_ms = 0.0
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
+        self._ended = {}  # job id -> when EpilogSlurmctld said it ended, while squeue still shows it running
+        self._ended_lock = threading.Lock()
+        self.ended_notices = 0  # how many (ping: is EpilogSlurmctld set up?)
         self.offers_changed = threading.Event()
         self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
         self.mover = Mover(getattr(self.reader, "slurm_conf", None))
@@ -215,9 +220,10 @@ class Horusd:
                     "pid": os.getpid(), "queue": self.placer.queue_summary(), "lease_s": self.placer.lease_s,
                     "active": self.active, "controller": self.controller_host, "in_control": self.in_control,
                     "jobs": len(self.placer.state.jobs) if self.placer.state is not None else 0,
-                    "duration_history_jobs": self.placer.durations.observed}
+                    "duration_history_jobs": self.placer.durations.observed,
+                    "ended_notices": self.ended_notices}
         if not self.active and op != "reload":
-            if op in ("claim", "left"):
+            if op in ("claim", "left", "ended"):
                 return None  # notifications
             if op == "place":
                 return unchanged(f"standby: slurmctld on {self.controller_host} is not in control "
@@ -233,6 +239,9 @@ class Horusd:
             return None  # a notification: nothing is sent back
         if op == "left":
             self.placer.note_left_to_slurm()  # a GPU job job_submit.lua left to Slurm (a notification)
+            return None
+        if op == "ended":
+            self.note_ended(request.job_id)  # EpilogSlurmctld: a job ended (a notification)
             return None
         if op != "place":
             return error(f"unknown op {message.get('op')!r}")
@@ -322,10 +331,35 @@ class Horusd:
                 log.warning("horus: could not publish offers to %s: %s", self.offers_file.path, exc)
 
     # ---- state ----------------------------------------------------------------------------------
+    def note_ended(self, job_id):
+        """EpilogSlurmctld said a job ended (``hpc_configs``' horus_epilog.lua): read the queue now,
+        so that the cycle places kept jobs on what it freed at once, not at the next refresh."""
+        with self._ended_lock:
+            self._ended[job_id or 0] = time.monotonic()
+            self.ended_notices += 1
+        self.wake.set()
+
+    def _read_again_for_ended(self, snapshot):
+        """An ended job still shown running (COMPLETING: slurmctld releases its GPUs once its epilogs
+        are done) is read again ``ENDED_RETRY_S`` later, for at most ``ENDED_PATIENCE_S``."""
+        if not self._ended:
+            return
+        now = time.monotonic()
+        running = {job.job_id for job in snapshot.jobs if job.state in RUNNING_STATES}
+        with self._ended_lock:
+            self._ended = {job_id: at for job_id, at in self._ended.items()
+                           if job_id in running and now - at < ENDED_PATIENCE_S}
+            again = bool(self._ended)
+        if again:
+            timer = threading.Timer(ENDED_RETRY_S, self.wake.set)
+            timer.daemon = True
+            timer.start()
+
     def refresh_once(self):
         snapshot = self.reader.read()
         self.placer.load_snapshot(snapshot)
         self.cycle_wanted.set()  # jobs may have ended: the queue may move
+        self._read_again_for_ended(snapshot)
 
     def _refresh_loop(self):
         last_cost, last_wall, started_at = 0.0, 0.0, 0.0

@@ -64,6 +64,9 @@ def _check_slurm_conf(conf, binding):
     if binding in ("indexed", "shard") and "gres/gpu:g0" not in tres:
         problems.append(("warning", "slurm.conf: AccountingStorageTRES lacks gres/gpu:g0..: sacct will not "
                                     "record which GPU index a job held"))
+    if "horus_epilog" not in conf.get("epilogslurmctld", ""):
+        problems.append(("info", "slurm.conf: EpilogSlurmctld is not horus_epilog.lua: horusd sees a job's end only "
+                                 "at its next squeue read (refresh_s), not at once (docs/admin.md)"))
     return problems
 
 

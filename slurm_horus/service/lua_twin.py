@@ -185,6 +185,14 @@ def left_message(job, submit_uid, why):
     return {k: v for k, v in message.items() if v is not None}
 
 
+def ended_message(job_id):
+    """The notification for horusd when a job ended (EpilogSlurmctld's ``SLURM_JOB_ID``), as a
+    dict; None when that is not a job id."""
+    digits = re.fullmatch(r"[ \t\n\r\f\v]*([0-9]+)[ \t\n\r\f\v]*", "" if job_id is None else str(job_id))
+    value = int(digits.group(1)) if digits else 0
+    return {"op": "ended", "job_id": value} if 0 < value < 2 ** 32 else None
+
+
 def offer_fits(job, request, conf):
     """Whether a job may take a published offer: one untyped GPU on one node, no partition named."""
     return (conf["offers"] is True and request["gpus_per_node"] == 1 and request["nodes"] == 1

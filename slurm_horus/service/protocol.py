@@ -63,7 +63,7 @@ from ..errors import InputError
 from ..jobclass import SAFE_CLASS, UNKNOWN_CLASS, job_class_of, opted_out
 from ..slurm.gres import parse_gres
 
-OPS = ("place", "confirm", "claim", "left", "ping", "reload")
+OPS = ("place", "confirm", "claim", "left", "ended", "ping", "reload")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9\-_]{1,64}\Z")
 
 MAX_LINE_BYTES = 64 * 1024  # a request line (the largest real one, horus-sbatch's, is ~1 KiB)
@@ -73,7 +73,7 @@ MAX_DEPTH = 8  # nesting of a request's JSON (real ones: 2)
 
 _TEXT = ("op", "reply", "user", "partition", "job_name", "comment", "script_hash", "job_class", "tres_per_node",
          "tres_per_job", "tres_per_task", "req_nodes", "exc_nodes", "gpu_type", "id", "source", "peer")
-_WHOLE = ("uid", "num_nodes", "num_tasks", "gpus_per_node", "min_nodes", "shards")
+_WHOLE = ("uid", "num_nodes", "num_tasks", "gpus_per_node", "min_nodes", "shards", "job_id")
 _FLAGS = ("explain", "dry_run", "offer", "keep", "held")
 FIELD_TYPES = {**{name: "text" for name in _TEXT}, **{name: "whole number" for name in _WHOLE},
                **{name: "true or false" for name in _FLAGS}, "time_limit_min": "number",
@@ -169,6 +169,7 @@ class Request:
     opted_out: bool = False  # HORUS_OFF / horus=off: answered unchanged, never shared
     gpu_type: str = ""  # a GPU type the user asked for ("" = any): placed only among those GPUs
     shards: int = 0  # --gres=shard:N: N shards of one GPU (a fraction of it), 0 = whole GPUs
+    job_id: Optional[int] = None  # ended: the job EpilogSlurmctld ran for
     problem: str = ""
 
     @property
@@ -248,6 +249,9 @@ def parse_request(message: dict) -> Request:
     request.from_user = message.get("peer") == "user"  # set by the frontend (server.authorize), never by a client
     ident = message.get("id")
     request.decision_id = ident if isinstance(ident, str) and _SAFE_ID.match(ident) else ""
+    if request.op == "ended":
+        job_id = _int_or_none(message.get("job_id"))
+        request.job_id = job_id if job_id is not None and 0 < job_id < 1 << 32 else None
     if request.op != "place":
         return request
     request.partition = _text(message.get("partition"), 256)
