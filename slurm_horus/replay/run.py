@@ -59,8 +59,8 @@ class LiveCadence:
     The simulator's scheduler acts at once; a live one does not, and at speedup X each wall second is
     X trace seconds (200 s at X = 200, against a mean job of ~1,900 s). ``end_to_cycle_s``: from a
     job's end to the next job started on what it freed (plain Slurm: its next scheduling pass,
-    ``bf_interval=1``; horusd: its next squeue read, ``refresh_s = 1``, the cycle, the move, then
-    Slurm starting the job). ``launch_s``: how much longer than its work a job holds its GPU in sacct
+    ``bf_interval=1``; horusd: its squeue read at once when horus_epilog.lua tells it of the end, else
+    its next one, ``refresh_s = 1``, then the cycle, the move, and Slurm starting the job). ``launch_s``: how much longer than its work a job holds its GPU in sacct
     (Slurm starting the batch script and recording its end). Measured on the local cluster with
     ``bench/bench_replay.py --seed 0`` (``live_cadence`` in its output: the same measurement,
     ``replay/live.measure_cadence``, on every run) and used unchanged on other traces.
@@ -71,8 +71,9 @@ class LiveCadence:
 
 
 # bench_replay.py --seed 0 (120 jobs, 2 x 4, X = 200), this 2-core VM: plain Slurm 0.29 s / 0.19 s,
-# horusd 1.24 s / 0.32 s (docs/replay.md)
-LIVE_CADENCE = {"slurm-default": LiveCadence(0.3, 0.2), "horusd": LiveCadence(1.2, 0.3)}
+# horusd 1.24 s / 0.32 s; horusd told of each end by horus_epilog.lua (EpilogSlurmctld, which local
+# clusters set since 2026-11-27) 0.18 s / 0.02 s (docs/replay.md)
+LIVE_CADENCE = {"slurm-default": LiveCadence(0.3, 0.2), "horusd": LiveCadence(0.2, 0.0)}
 IDEAL = LiveCadence(0.0, 0.0)
 
 
