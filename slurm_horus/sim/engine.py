@@ -120,7 +120,7 @@ class SimOptions:
     # seconds from a job's end to the scheduling cycle that hands its GPUs on: 0 is an ideal scheduler.
     # A live one starts the next job later (Slurm's next scheduling pass, horusd's next look at the
     # queue, then Slurm starting the job): ``horus replay`` tells the simulator its live cadence
-    # (replay/run.py LIVE_CADENCE), negligible at real speed, 100-200 s of trace time at speedup 200.
+    # (replay/run.py LIVE_CADENCE), negligible at real speed, 40-60 s of trace time at speedup 200.
     # An arrival is decided at once (sbatch asks job_submit.lua and horusd, Slurm schedules at submit).
     end_to_cycle_s: float = 0.0
     # seconds a started job holds its GPUs beyond its work (Slurm launching the batch script, recording
