@@ -14,7 +14,8 @@ from slurm_horus.errors import HorusError
 from slurm_horus.service.app import MAX_REFRESH_INTERVAL_S, Horusd, refresh_interval
 from slurm_horus.service.daemon import Snapshot
 
-from test_horusd_placer import MODEL, node
+from slurm_horus.localcluster import poll as wait_until
+from test_horusd_placer import MODEL, node, running
 
 
 class WaitingReader:
@@ -90,3 +91,42 @@ def test_a_dead_socket_front_is_noticed_even_without_an_exception(tmp_path):
     horusd.frontend.stopping.set()  # the loop ends quietly: horusd must not live on deaf
     with pytest.raises(HorusError):
         horusd.run_until_stopped()
+
+
+class EndingReader(WaitingReader):
+    """Shows job 5 COMPLETING for the first ``completing`` reads after it is told, then gone."""
+
+    def __init__(self):
+        super().__init__()
+        self.completing = 0
+
+    def read(self):
+        self.reads += 1
+        jobs = [running(5, "n1", ["gpu:g0:1(IDX:0)"], state="COMPLETING")] if self.completing > 0 else []
+        self.completing -= 1
+        return Snapshot([node("n1")], jobs, taken_at=time.time())
+
+
+def test_an_ended_notice_reads_the_queue_at_once_and_again_while_the_job_completes(tmp_path):
+    """EpilogSlurmctld's word (op ended) wakes the refresher: with refreshes every 60 s, reads follow
+    within a second, again while squeue still shows the job COMPLETING, and stop once it is gone."""
+    reader = EndingReader()
+    horusd = started_horusd(tmp_path, reader, refresh_s=60.0, cycle_s=60.0)
+    try:
+        assert wait_until(lambda: reader.reads >= 1, 10)  # the first read at start
+        time.sleep(0.3)
+        reads = reader.reads
+        reader.completing = 3
+        assert horusd.decide({"op": "ended", "job_id": 5, "peer": "controller"}) is None  # a notification
+        assert wait_until(lambda: reader.reads >= reads + 4, 10), "not read again while the job completed"
+        settled = reader.reads
+        time.sleep(1.0)
+        assert reader.reads == settled, "read again after the job was gone"
+        assert horusd.decide({"op": "ping", "peer": "controller"})["ended_notices"] == 1
+        # the same notice for a job squeue no longer shows: one read, no retries
+        horusd.decide({"op": "ended", "job_id": 6, "peer": "controller"})
+        assert wait_until(lambda: reader.reads >= settled + 1, 10)
+        time.sleep(1.0)
+        assert reader.reads == settled + 1
+    finally:
+        horusd.stop()

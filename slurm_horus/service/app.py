@@ -65,6 +65,7 @@ def _cpu_seconds():
 MIN_REFRESH_GAP_S = 0.1
 ENDED_RETRY_S = 0.15  # an ended job squeue still shows running (COMPLETING): read again this much later
 ENDED_PATIENCE_S = 3.0  # ... for at most this long after EpilogSlurmctld's word
+ENDED_KEPT = 10000  # ended jobs remembered for that at most
 CONTROLLER_CHECK_S = 2.0  # how often each horusd asks which slurmctld is in control (failover)
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
@@ -335,7 +336,8 @@ class Horusd:
         """EpilogSlurmctld said a job ended (``hpc_configs``' horus_epilog.lua): read the queue now,
         so that the cycle places kept jobs on what it freed at once, not at the next refresh."""
         with self._ended_lock:
-            self._ended[job_id or 0] = time.monotonic()
+            if len(self._ended) < ENDED_KEPT:  # (a burst of ends between two reads: the wake-up is what counts)
+                self._ended[job_id or 0] = time.monotonic()
             self.ended_notices += 1
         self.wake.set()
 
