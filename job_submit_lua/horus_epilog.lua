@@ -4,16 +4,18 @@ slurm-horus EpilogSlurmctld (Lua 5.1 + lua-socket, what job_submit.lua already n
 
     slurm.conf:  EpilogSlurmctld=/etc/slurm/horus_epilog.lua   (beside job_submit.lua, mode 0755)
 
-Tells horusd that a job ended, so that it reads the queue at once and its scheduling cycle places the
-jobs it keeps on the GPUs that job freed, instead of at its next periodic read (refresh_s, 1-2 s).
-Without it horusd still sees every end at that next read: this is only the wake-up.
+Tells horusd that a job ended. horusd frees the job's GPUs in its state, runs its scheduling cycle
+and moves the jobs it keeps onto them, then answers; this script waits for that answer. slurmctld
+keeps the job COMPLETING (its GPUs held) until this script exits, and starts pending jobs in the pass
+that follows the completion: the moved jobs start then, as a job plain Slurm queued would. Without
+this script horusd sees the end at its next squeue read (refresh_s, 1-2 s) and the moved job starts
+at Slurm's next scheduling pass after that.
 
-It cannot fail or slow a job: slurmctld runs it as SlurmUser once per job end, and keeps the job
-COMPLETING (its resources held) until it exits. So it loads job_submit.lua beside it (the same
-horus.conf, socket and timeout_ms), sends one line on horusd's controller socket within that
-deadline without waiting for an answer, ignores every error, and exits 0. While the kill switch
-(disable_file) exists it sends nothing. horusd answers nothing; `horus ping` counts the notices
-(ended_notices).
+It cannot fail a job, and delays its completion by at most timeout_ms: slurmctld runs it as
+SlurmUser once per job end. It loads job_submit.lua beside it (the same horus.conf, socket and
+timeout_ms), sends one line on horusd's controller socket, waits for the answer within that
+deadline, ignores every error, and exits 0. While the kill switch (disable_file) exists it sends
+nothing. horusd's `ping` counts the notices (ended_notices).
 ]]
 
 local function notify()
@@ -26,7 +28,7 @@ local function notify()
   local conf, disabled = horus.load_config()
   if disabled then return end
   local line = horus.ended_message(os.getenv("SLURM_JOB_ID"))
-  if line then horus.tell(conf, line) end
+  if line then horus.ask(conf, line) end
 end
 
 pcall(notify)

@@ -94,39 +94,51 @@ def test_a_dead_socket_front_is_noticed_even_without_an_exception(tmp_path):
 
 
 class EndingReader(WaitingReader):
-    """Shows job 5 COMPLETING for the first ``completing`` reads after it is told, then gone."""
+    """Shows job 5 on GPU 0 of n1: RUNNING, then COMPLETING once ``completing`` is set."""
 
     def __init__(self):
         super().__init__()
-        self.completing = 0
+        self.completing = False
 
     def read(self):
         self.reads += 1
-        jobs = [running(5, "n1", ["gpu:g0:1(IDX:0)"], state="COMPLETING")] if self.completing > 0 else []
-        self.completing -= 1
-        return Snapshot([node("n1")], jobs, taken_at=time.time())
+        job = running(5, "n1", ["gpu:g0:1(IDX:0)"], state="COMPLETING" if self.completing else "RUNNING")
+        return Snapshot([node("n1")], [job], taken_at=time.time())
 
 
-def test_an_ended_notice_reads_the_queue_at_once_and_again_while_the_job_completes(tmp_path):
-    """EpilogSlurmctld's word (op ended) wakes the refresher: with refreshes every 60 s, reads follow
-    within a second, again while squeue still shows the job COMPLETING, and stop once it is gone."""
+def gpu0_jobs(horusd):
+    with horusd.placer.lock:
+        return int(horusd.placer.state.gpu_njobs[0])
+
+
+def test_an_ended_notice_frees_the_gpus_at_once_and_reads_the_queue(tmp_path):
+    """EpilogSlurmctld's word (op ended): the job's GPU is free in horusd's state before the answer,
+    stays free while squeue shows the job COMPLETING, and horusd reads the queue again at once
+    (its own refreshes here: every 60 s)."""
     reader = EndingReader()
     horusd = started_horusd(tmp_path, reader, refresh_s=60.0, cycle_s=60.0)
     try:
-        assert wait_until(lambda: reader.reads >= 1, 10)  # the first read at start
-        time.sleep(0.3)
+        assert wait_until(lambda: reader.reads >= 1 and horusd.placer.state is not None, 10)
+        assert gpu0_jobs(horusd) == 1
         reads = reader.reads
-        reader.completing = 3
-        assert horusd.decide({"op": "ended", "job_id": 5, "peer": "controller"}) is None  # a notification
-        assert wait_until(lambda: reader.reads >= reads + 4, 10), "not read again while the job completed"
-        settled = reader.reads
-        time.sleep(1.0)
-        assert reader.reads == settled, "read again after the job was gone"
+        reader.completing = True
+        assert horusd.decide({"op": "ended", "job_id": 5, "peer": "controller"}) == {"ok": True, "moved": 0}
+        assert gpu0_jobs(horusd) == 0
+        assert wait_until(lambda: reader.reads > reads, 10), "the queue was not read again"
+        assert gpu0_jobs(horusd) == 0  # squeue's COMPLETING record does not hold it again
         assert horusd.decide({"op": "ping", "peer": "controller"})["ended_notices"] == 1
-        # the same notice for a job squeue no longer shows: one read, no retries
-        horusd.decide({"op": "ended", "job_id": 6, "peer": "controller"})
-        assert wait_until(lambda: reader.reads >= settled + 1, 10)
-        time.sleep(1.0)
-        assert reader.reads == settled + 1
+        # a RUNNING record is Slurm's word: a notice never frees a GPU squeue shows in use
+        reader.completing = False
+        horusd.wake.set()
+        assert wait_until(lambda: gpu0_jobs(horusd) == 1, 10)
     finally:
         horusd.stop()
+
+
+def test_ended_lines_that_waited_together_are_answered_together():
+    from slurm_horus.service.protocol import parse_request
+
+    request = parse_request({"op": "ended", "job_ids": [7, "8", 7, None, -1, 2 ** 40, True, 1.5]})
+    assert request.job_ids == [7, 8]
+    assert parse_request({"op": "ended", "job_id": 9}).job_ids == [9]
+    assert parse_request({"op": "ended"}).job_ids == []

@@ -37,7 +37,7 @@ from .history import History
 from .mover import Mover
 from .offers import OffersFile
 from .protocol import error, parse_request, unchanged
-from .snapshot import RUNNING_STATES, Snapshot
+from .snapshot import Snapshot
 from .threads import run_in_background
 from .server import Frontend, raise_fd_limit
 
@@ -63,9 +63,6 @@ def _cpu_seconds():
 # an early refresh (a job was kept, or left to Slurm) starts this long after the last one at the
 # soonest, and no sooner than the last one took: a burst of submissions folds into few squeue calls
 MIN_REFRESH_GAP_S = 0.1
-ENDED_RETRY_S = 0.15  # an ended job squeue still shows running (COMPLETING): read again this much later
-ENDED_PATIENCE_S = 3.0  # ... for at most this long after EpilogSlurmctld's word
-ENDED_KEPT = 10000  # ended jobs remembered for that at most
 CONTROLLER_CHECK_S = 2.0  # how often each horusd asks which slurmctld is in control (failover)
 
 _KNOWN_GPU_TYPES = ("a100", "a10", "a30", "a40", "h100", "h200", "k80", "l4", "l40", "p100", "rtx3090", "t4",
@@ -179,9 +176,9 @@ class Horusd:
         self._decision_ms = 0.0
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
-        self._ended = {}  # job id -> when EpilogSlurmctld said it ended, while squeue still shows it running
         self._ended_lock = threading.Lock()
-        self.ended_notices = 0  # how many (ping: is EpilogSlurmctld set up?)
+        self.ended_notices = 0  # jobs EpilogSlurmctld said ended (ping: is it set up?)
+        self._cycle_lock = threading.Lock()  # the cycle thread and job_ended's cycle, one at a time
         self.offers_changed = threading.Event()
         self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
         self.mover = Mover(getattr(self.reader, "slurm_conf", None))
@@ -224,8 +221,10 @@ class Horusd:
                     "duration_history_jobs": self.placer.durations.observed,
                     "ended_notices": self.ended_notices}
         if not self.active and op != "reload":
-            if op in ("claim", "left", "ended"):
+            if op in ("claim", "left"):
                 return None  # notifications
+            if op == "ended":
+                return {"ok": True, "moved": 0}
             if op == "place":
                 return unchanged(f"standby: slurmctld on {self.controller_host} is not in control "
                                  f"({self.in_control or 'none'} is)").wire()
@@ -242,8 +241,7 @@ class Horusd:
             self.placer.note_left_to_slurm()  # a GPU job job_submit.lua left to Slurm (a notification)
             return None
         if op == "ended":
-            self.note_ended(request.job_id)  # EpilogSlurmctld: a job ended (a notification)
-            return None
+            return self.job_ended(request.job_ids)  # EpilogSlurmctld (answered by the server's worker)
         if op != "place":
             return error(f"unknown op {message.get('op')!r}")
         placer = self.placer  # one consistent placer per request, even during a reload
@@ -332,36 +330,22 @@ class Horusd:
                 log.warning("horus: could not publish offers to %s: %s", self.offers_file.path, exc)
 
     # ---- state ----------------------------------------------------------------------------------
-    def note_ended(self, job_id):
-        """EpilogSlurmctld said a job ended (``hpc_configs``' horus_epilog.lua): read the queue now,
-        so that the cycle places kept jobs on what it freed at once, not at the next refresh."""
+    def job_ended(self, job_ids):
+        """EpilogSlurmctld said jobs ended (``job_submit_lua/horus_epilog.lua``): their GPUs are free
+        in horusd's state now, the cycle moves kept jobs onto them before the answer (the epilog waits
+        for it, so slurmctld starts them in its pass at those jobs' completion), and the queue is read
+        again soon."""
         with self._ended_lock:
-            if len(self._ended) < ENDED_KEPT:  # (a burst of ends between two reads: the wake-up is what counts)
-                self._ended[job_id or 0] = time.monotonic()
-            self.ended_notices += 1
+            self.ended_notices += max(len(job_ids), 1)
+        released = self.placer.end_jobs(job_ids)
         self.wake.set()
-
-    def _read_again_for_ended(self, snapshot):
-        """An ended job still shown running (COMPLETING: slurmctld releases its GPUs once its epilogs
-        are done) is read again ``ENDED_RETRY_S`` later, for at most ``ENDED_PATIENCE_S``."""
-        if not self._ended:
-            return
-        now = time.monotonic()
-        running = {job.job_id for job in snapshot.jobs if job.state in RUNNING_STATES}
-        with self._ended_lock:
-            self._ended = {job_id: at for job_id, at in self._ended.items()
-                           if job_id in running and now - at < ENDED_PATIENCE_S}
-            again = bool(self._ended)
-        if again:
-            timer = threading.Timer(ENDED_RETRY_S, self.wake.set)
-            timer.daemon = True
-            timer.start()
+        moved = self.run_cycle_once() if released else 0
+        return {"ok": True, "moved": moved}
 
     def refresh_once(self):
         snapshot = self.reader.read()
         self.placer.load_snapshot(snapshot)
         self.cycle_wanted.set()  # jobs may have ended: the queue may move
-        self._read_again_for_ended(snapshot)
 
     def _refresh_loop(self):
         last_cost, last_wall, started_at = 0.0, 0.0, 0.0
@@ -392,10 +376,15 @@ class Horusd:
 
     # ---- the queue ------------------------------------------------------------------------------
     def run_cycle_once(self):
-        """One pass: the kill switch, or the scheduling cycle and its moves (only the active horusd)."""
+        """One pass: the kill switch, or the scheduling cycle and its moves (only the active horusd).
+        Returns how many kept jobs it moved."""
+        with self._cycle_lock:
+            return self._run_cycle()
+
+    def _run_cycle(self):
         placer = self.placer
         if not self.active:
-            return
+            return 0
         if os.path.exists(self.config.disable_file):
             # switched off: Slurm starts every kept job on its own, now (no waiting for the lease)
             kept = [job_id for job_id in placer.kept_job_ids() if job_id not in self.released_by_switch]
@@ -403,7 +392,7 @@ class Horusd:
                 self.mover.release(kept)
                 self.released_by_switch.update(kept)
                 log.warning("horus: kill switch %s: %d kept jobs left to Slurm", self.config.disable_file, len(kept))
-            return
+            return 0
         self.released_by_switch.clear()
         unshaped = placer.take_unshaped()
         if unshaped:
@@ -420,6 +409,8 @@ class Horusd:
                 if move.reply.id not in refused:
                     self.history.record(move.kept.request.user, move.reply.wire())
             self.wake.set()  # read the queue again soon: the moves show there
+            return len(moves) - len(refused)
+        return 0
 
     def renew_leases(self):
         """Push every kept job's begin time a lease ahead (not while the kill switch is on)."""

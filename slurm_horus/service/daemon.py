@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 import uuid
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
@@ -49,6 +50,8 @@ log = logging.getLogger("horusd")
 # kept jobs beyond this are left to Slurm: renewing a lease costs ~1-4 ms per job of scontrol (and
 # 0.3 ms inside slurmctld) every lease_s / 2, measured by bench/bench_live_queue.py --phases D
 MAX_KEPT = 1000
+ENDED_KEPT = 10000  # jobs EpilogSlurmctld said ended, remembered at most
+ENDED_KEPT_S = 60.0  # ... for this long (a COMPLETING record lasts as long as the epilogs)
 # A decision asked for on the user socket (horus-sbatch) is submitted at once or never: it holds its
 # GPUs briefly, and one uid's unconfirmed ones together hold at most this many GPUs.
 USER_LEDGER_TTL_S = 15.0
@@ -116,6 +119,9 @@ class Placer:
         self.durations = DurationEstimator()
         self.kept_decisions = 0
         self.started_from_queue = 0
+        # jobs EpilogSlurmctld said ended -> until when squeue's COMPLETING record of them is not read as
+        # holding GPUs (slurmctld frees them once the epilogs are done: that is a moment, not a wait)
+        self.ended: Dict[str, float] = {}
 
     @property
     def ledger_ttl_s(self):
@@ -131,8 +137,40 @@ class Placer:
         """The estimator's answer (seconds alone) for a job of ``user`` and ``job_class``."""
         return self.durations.seconds(user, job_class, time_limit_s)[0]
 
+    def end_jobs(self, job_ids) -> int:
+        """EpilogSlurmctld said these jobs ended: their GPUs are free from now on, although squeue
+        shows them COMPLETING until their epilogs are done (horus_epilog.lua waits for horusd's
+        answer, so jobs moved onto those GPUs start in slurmctld's pass at their completion).
+        Returns how many of them the state held."""
+        with self.lock:
+            now = self.clock()
+            self.ended = {job_id: until for job_id, until in self.ended.items() if until > now}
+            released = 0
+            for job_id in {str(j) for j in job_ids}:
+                if len(self.ended) < ENDED_KEPT:
+                    self.ended[job_id] = now + ENDED_KEPT_S
+                if self.state is not None and job_id in self.state.jobs:
+                    self.state.release(job_id)
+                    released += 1
+            if released:
+                self.generation += 1
+        if released and self.on_change:
+            self.on_change()
+        return released
+
+    def _completing_ended(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` without the COMPLETING records of jobs EpilogSlurmctld said ended."""
+        if not self.ended:
+            return snapshot
+        now = self.clock()
+        ended = {job_id for job_id, until in self.ended.items() if until > now}
+        jobs = [job for job in snapshot.jobs if not (job.state == "COMPLETING" and str(job.job_id) in ended)]
+        return snapshot if len(jobs) == len(snapshot.jobs) else dataclasses.replace(snapshot, jobs=jobs)
+
     def load_snapshot(self, snapshot: Snapshot):
         """Build a fresh ClusterState from Slurm's view plus the ledger entries squeue does not show."""
+        with self.lock:
+            snapshot = self._completing_ended(snapshot)
         view = translate(snapshot, self.classes, self.max_jobs_per_gpu, self.default_gpu_type, self.gpu_memory_mb,
                          needs_shards=self.binding == "shard", expected_s=self.expected_duration)
         queue = PendingQueue(self.policy)

@@ -69,6 +69,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9\-_]{1,64}\Z")
 MAX_LINE_BYTES = 64 * 1024  # a request line (the largest real one, horus-sbatch's, is ~1 KiB)
 MAX_REPLY_BYTES = 1 << 20  # a reply line (--explain lists candidates)
 MAX_DEPTH = 8  # nesting of a request's JSON (real ones: 2)
+MAX_ENDED_IDS = 10000  # job ids one "ended" answer covers
 
 
 _TEXT = ("op", "reply", "user", "partition", "job_name", "comment", "script_hash", "job_class", "tres_per_node",
@@ -169,7 +170,7 @@ class Request:
     opted_out: bool = False  # HORUS_OFF / horus=off: answered unchanged, never shared
     gpu_type: str = ""  # a GPU type the user asked for ("" = any): placed only among those GPUs
     shards: int = 0  # --gres=shard:N: N shards of one GPU (a fraction of it), 0 = whole GPUs
-    job_id: Optional[int] = None  # ended: the job EpilogSlurmctld ran for
+    job_ids: List[int] = field(default_factory=list)  # ended: the jobs EpilogSlurmctld ran for
     problem: str = ""
 
     @property
@@ -250,8 +251,11 @@ def parse_request(message: dict) -> Request:
     ident = message.get("id")
     request.decision_id = ident if isinstance(ident, str) and _SAFE_ID.match(ident) else ""
     if request.op == "ended":
-        job_id = _int_or_none(message.get("job_id"))
-        request.job_id = job_id if job_id is not None and 0 < job_id < 1 << 32 else None
+        # one job per line; the server's worker answers the lines that waited together, with their
+        # job ids gathered in job_ids (set by the server, like peer)
+        named = message.get("job_ids") if isinstance(message.get("job_ids"), list) else [message.get("job_id")]
+        ids = (_int_or_none(j) if not isinstance(j, float) else None for j in named[:MAX_ENDED_IDS])
+        request.job_ids = sorted({j for j in ids if j is not None and 0 < j < 1 << 32})
     if request.op != "place":
         return request
     request.partition = _text(message.get("partition"), 256)

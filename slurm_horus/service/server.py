@@ -45,7 +45,7 @@ log = logging.getLogger("horusd")
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 USER_OPS = frozenset({"place", "ping", "confirm"})  # what horus-sbatch needs
-SLOW_OPS = frozenset({"reload"})  # answered by a worker thread, never by the loop
+SLOW_OPS = frozenset({"reload", "ended"})  # answered by a worker thread, never by the loop
 
 
 def peer_uid(sock):
@@ -326,20 +326,30 @@ class Frontend:
                 self._slow_ready.clear()
             if not waiting:
                 continue
-            message = waiting[0][1]
-            try:  # one run answers every request that waited for it
-                reply = self.decide(message)
-            except Exception as exc:
-                log.exception("horus: error during %s", message.get("op"))
-                reply = {"ok": False, "error": f"internal error: {type(exc).__name__}"}
-            for client, asked in waiting:
-                try:
+            groups = {}  # one run answers every request of an op that waited for it
+            for client, message in waiting:
+                groups.setdefault(message.get("op"), []).append((client, message))
+            for op, group in groups.items():
+                message = group[0][1]
+                if op == "ended":  # every job named by the lines that waited
+                    message = dict(message, job_ids=[asked.get("job_id") for _, asked in group])
+                self._answer_group(message, group)
+
+    def _answer_group(self, message, group):
+        try:
+            reply = self.decide(message)
+        except Exception as exc:
+            log.exception("horus: error during %s", message.get("op"))
+            reply = {"ok": False, "error": f"internal error: {type(exc).__name__}"}
+        for client, asked in group:
+            try:
+                if reply is not None:
                     client.sock.settimeout(1.0)
                     client.sock.sendall(self._reply_bytes(reply, asked.get("reply") == "kv"))
-                except Exception:
-                    pass
-                finally:
-                    client.sock.close()
+            except Exception:
+                pass
+            finally:
+                client.sock.close()
 
     # ---- listening ------------------------------------------------------------------------------
     def _listen_unix(self, path, mode, controller):
