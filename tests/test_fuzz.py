@@ -44,8 +44,8 @@ atexit.register(shutil.rmtree, TMP, True)
 # ---- wire protocol --------------------------------------------------------------------------------
 FIELDS = ["op", "uid", "user", "reply", "dry_run", "explain", "gpus_per_node", "num_nodes", "job_class", "hints",
           "comment", "partition", "tres_per_node", "tres_per_job", "tres_per_task", "min_nodes", "num_tasks",
-          "time_limit_min", "id", "offer", "peer", "req_nodes", "exc_nodes", "gpu_type"]
-OPS = ["place", "ping", "confirm", "claim", "reload", "boom", "", None, 7, ["place"]]
+          "time_limit_min", "id", "offer", "peer", "req_nodes", "exc_nodes", "gpu_type", "job_id", "job_ids"]
+OPS = ["place", "ping", "confirm", "claim", "ended", "reload", "boom", "", None, 7, ["place"]]
 HINTS = ["HORUS_CLASS", "HORUS_MODEL", "HORUS_BATCH_SIZE", "HORUS_AMP", "HORUS_EXPECTED_MINUTES"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.floats(allow_nan=False),

@@ -84,7 +84,7 @@ def test_authorize_rules():
     assert "may not ask on behalf of uid 5" in authorize({"op": "place", "uid": 5}, 0, controller=False)
     assert "may not ask on behalf of uid 0" in authorize({"op": "place", "uid": 0}, 1000, controller=False)
     assert authorize({"op": "place", "uid": "x"}, 1000, controller=False) == "bad uid"
-    for op in ("reload", "claim", "left", None, "boom"):  # "left": only job_submit.lua tells it
+    for op in ("reload", "claim", "left", "ended", None, "boom"):  # "left", "ended": only the Lua tells it
         assert "user socket" in authorize({"op": op}, 1000, controller=False)
 
 
