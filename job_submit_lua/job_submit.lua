@@ -277,9 +277,8 @@ function horus.left_message(job, submit_uid, why)
   return json_value({ op = "left", uid = submit_uid, user = job.user_name, reason = why })
 end
 
--- A job ended (EpilogSlurmctld, horus_epilog.lua): horusd reads the queue at once, so that its cycle
--- places the jobs it keeps on the GPUs that job freed. Returns that line, or nil for no job id
--- (twin: lua_twin.ended_message).
+-- A job ended (EpilogSlurmctld, horus_epilog.lua): horusd frees its GPUs and moves the jobs it keeps
+-- onto them before it answers. Returns that line, or nil for no job id (twin: lua_twin.ended_message).
 function horus.ended_message(job_id)
   local id = tonumber(string.match(tostring(job_id or ""), "^%s*(%d+)%s*$") or "")
   if id == nil or id <= 0 or id >= 4294967296 then return nil end

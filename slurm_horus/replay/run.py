@@ -59,9 +59,10 @@ class LiveCadence:
     The simulator's scheduler acts at once; a live one does not, and at speedup X each wall second is
     X trace seconds (200 s at X = 200, against a mean job of ~1,900 s). ``end_to_cycle_s``: from a
     job's end to the next job started on what it freed (plain Slurm: its next scheduling pass,
-    ``bf_interval=1``; horusd: its squeue read at once when horus_epilog.lua tells it of the end, else
-    its next one, ``refresh_s = 1``, then the cycle, the move, and Slurm starting the job). ``launch_s``: how much longer than its work a job holds its GPU in sacct
-    (Slurm starting the batch script and recording its end). Measured on the local cluster with
+    ``bf_interval=1``; horusd: its cycle and move at once when horus_epilog.lua tells it of the end,
+    else after its next squeue read, ``refresh_s = 1``; then Slurm starting the job). ``launch_s``:
+    how much longer than its work a job holds its GPU in sacct (Slurm starting the batch script and
+    recording its end). Measured on the local cluster with
     ``bench/bench_replay.py --seed 0`` (``live_cadence`` in its output: the same measurement,
     ``replay/live.measure_cadence``, on every run) and used unchanged on other traces.
     """

@@ -176,8 +176,7 @@ class Horusd:
         self._decision_ms = 0.0
         self.stopping = threading.Event()
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
-        self._ended_lock = threading.Lock()
-        self.ended_notices = 0  # jobs EpilogSlurmctld said ended (ping: is it set up?)
+        self.ended_notices = 0  # jobs EpilogSlurmctld said ended (ping: is it set up?); the worker's alone
         self._cycle_lock = threading.Lock()  # the cycle thread and job_ended's cycle, one at a time
         self.offers_changed = threading.Event()
         self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
@@ -335,8 +334,7 @@ class Horusd:
         in horusd's state now, the cycle moves kept jobs onto them before the answer (the epilog waits
         for it, so slurmctld starts them in its pass at those jobs' completion), and the queue is read
         again soon."""
-        with self._ended_lock:
-            self.ended_notices += max(len(job_ids), 1)
+        self.ended_notices += max(len(job_ids), 1)
         released = self.placer.end_jobs(job_ids)
         self.wake.set()
         moved = self.run_cycle_once() if released else 0

@@ -27,8 +27,7 @@ import logging
 import threading
 import time
 import uuid
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional
 
 from ..jobclass import UNKNOWN_CLASS
@@ -165,12 +164,13 @@ class Placer:
         now = self.clock()
         ended = {job_id for job_id, until in self.ended.items() if until > now}
         jobs = [job for job in snapshot.jobs if not (job.state == "COMPLETING" and str(job.job_id) in ended)]
-        return snapshot if len(jobs) == len(snapshot.jobs) else dataclasses.replace(snapshot, jobs=jobs)
+        return snapshot if len(jobs) == len(snapshot.jobs) else replace(snapshot, jobs=jobs)
 
     def load_snapshot(self, snapshot: Snapshot):
         """Build a fresh ClusterState from Slurm's view plus the ledger entries squeue does not show."""
-        with self.lock:
-            snapshot = self._completing_ended(snapshot)
+        if self.ended:
+            with self.lock:
+                snapshot = self._completing_ended(snapshot)
         view = translate(snapshot, self.classes, self.max_jobs_per_gpu, self.default_gpu_type, self.gpu_memory_mb,
                          needs_shards=self.binding == "shard", expected_s=self.expected_duration)
         queue = PendingQueue(self.policy)

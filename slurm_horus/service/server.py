@@ -276,10 +276,10 @@ class Frontend:
         if isinstance(op, str) and op in SLOW_OPS:
             self._hand_to_worker(client, message)
             return False
-        if op not in ("claim", "left", "ended"):
+        if op not in ("claim", "left"):
             # the submitter gave up (job_submit.lua closes after its deadline, and says when it stops
             # waiting in give_up_at): deciding now would hold GPUs for a job that went to Slurm
-            # unchanged. A claim is a fact: it still counts (as are "left" and "ended").
+            # unchanged. A claim is a fact: it still counts.
             if _peer_gone(client.sock):
                 self.expired += 1
                 log.info("horus: request op=%s of uid %s expired: its client had gone", op, client.uid)
@@ -343,9 +343,8 @@ class Frontend:
             reply = {"ok": False, "error": f"internal error: {type(exc).__name__}"}
         for client, asked in group:
             try:
-                if reply is not None:
-                    client.sock.settimeout(1.0)
-                    client.sock.sendall(self._reply_bytes(reply, asked.get("reply") == "kv"))
+                client.sock.settimeout(1.0)
+                client.sock.sendall(self._reply_bytes(reply, asked.get("reply") == "kv"))
             except Exception:
                 pass
             finally:
