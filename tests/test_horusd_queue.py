@@ -126,6 +126,19 @@ def test_a_kept_job_without_a_gpu_request_is_given_its_shard_back():
     assert placer.kept["6"].request.gpus_per_node == 2 and placer.kept["6"].request.exclusive
 
 
+def test_a_job_read_in_the_middle_of_its_move_is_not_given_its_shard_back():
+    """squeue read between the mover's two updates shows the job asking for no GPU; restoring it then
+    undid the move (seen on 26.05 under load: placed on GPU 3, ran on GPU 0)."""
+    clock = Clock()
+    placer = make_placer(clock=clock, jobs=full(7) + [kept(5, "lm-bs20")])
+    moves = placer.cycle()
+    assert [m.kept.job_id for m in moves] == ["5"]
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], full(7) + [kept(5, "lm-bs20", tres="")], taken_at=clock()))
+    assert placer.take_unshaped() == []
+    assert placer.ledger.get(moves[0].reply.id) is not None  # still placed where the cycle put it
+
+
 def test_the_moves_in_scontrol_form():
     placer = make_placer(jobs=[kept(1, "lm-bs20"), kept(2, None, tres="gres:gpu:2")])
     moves = {m.kept.job_id: m for m in placer.cycle()}

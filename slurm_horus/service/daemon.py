@@ -190,7 +190,9 @@ class Placer:
                         req.user, req.job_class, req.time_limit)
                     queue.add(req)
             self.queue = queue
-            self.unshaped = set(view.unshaped)
+            # a job the cycle is moving asks for no GPU between the mover's two updates: a squeue read
+            # in that moment is not a move cut short (the ledger has it; a refused move is restored by the mover)
+            self.unshaped = {job_id for job_id, decision_id in view.unshaped.items() if decision_id not in self.ledger}
             self.unseen_keeps = {d: t for d, t in self.unseen_keeps.items() if d not in view.kept_tokens and t > now}
             self.state = view.state
             self.generation += 1

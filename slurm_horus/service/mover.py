@@ -11,7 +11,8 @@ untyped and typed only once, when they start:
   StartTime=now`` (typing an untyped request in place is refused: "with and without type
   identification"). Between the two updates the job asks for no GPU; both travel in one scontrol
   process, one RPC apart, and a shard job found without a GPU request is given its shard back
-  (:meth:`Mover.restore`, run by horusd after a failed move and for any it finds at a refresh);
+  (:meth:`Mover.restore`, run by horusd after a failed move and for any it finds at a refresh that
+  is not one of its own moves under way);
 * kept whole GPUs (``gres:gpu:N`` per node): ``TresPerNode= TresPerJob=gres:gpu:N`` (the job still
   asks for its GPUs if horusd stops right there), then ``TresPerJob= TresPerNode=gres:gpu:g1:1,
   gres:gpu:g3:1 NodeList=n1 StartTime=now``: the job ran on exactly GPUs 1 and 3, nothing leaked;

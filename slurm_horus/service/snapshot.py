@@ -59,7 +59,7 @@ class View:
     placed_tokens: Set[str]  # decision ids that squeue shows on placed jobs (any token but a kept one)
     kept: Dict[str, KeptJob]  # Slurm job id -> kept job
     kept_tokens: Set[str]  # decision ids of kept jobs squeue shows
-    unshaped: Set[str]  # Slurm job ids of kept jobs that ask for no GPU (to be given their shard back)
+    unshaped: Dict[str, str]  # Slurm job id -> decision id of kept jobs that ask for no GPU (to be given their shard back)
     pending_jobs: int  # jobs that wait for resources (not held, not waiting on another job)
     pending_gpus: int  # the GPUs (a shard: one) they ask for: the "pressure" of the policies
     unpinned: list = field(default_factory=list)  # pending GPU jobs nobody pinned: Slurm picks their GPUs
@@ -146,7 +146,7 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
         state.add_node(node.name, gpu_type, count, gpu_memory_mb(gpu_type), node.partitions or ("default",),
                        **({"gpu_cap": shards} if shards else {}))
     state.build()
-    view = View(state, set(), {}, set(), set(), 0, 0)
+    view = View(state, set(), {}, set(), {}, 0, 0)
     now = snapshot.taken_at
     for job in snapshot.jobs:
         decision_id, fields = parse_horus_tokens(job.admin_comment)
@@ -161,7 +161,7 @@ def translate(snapshot: Snapshot, classes: ClassIndex, max_jobs_per_gpu=2, defau
                 view.kept_tokens.add(decision_id)
                 request = kept_request(job, job_class)
                 if request is None:
-                    view.unshaped.add(str(job.job_id))
+                    view.unshaped[str(job.job_id)] = decision_id
                 else:
                     view.kept[str(job.job_id)] = KeptJob(
                         str(job.job_id), decision_id, request, job.admin_comment or "",
