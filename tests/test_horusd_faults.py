@@ -142,3 +142,50 @@ def test_ended_lines_that_waited_together_are_answered_together():
     assert request.job_ids == [7, 8]
     assert parse_request({"op": "ended", "job_id": 9}).job_ids == [9]
     assert parse_request({"op": "ended"}).job_ids == []
+
+
+class RenewalRacingMover:
+    """A Mover whose lease renewal lets horusd's cycle move a kept job while it runs (the renewal's
+    scontrol takes seconds for thousands of kept jobs); records what horusd asked of Slurm."""
+
+    def __init__(self, horusd):
+        self.horusd = horusd
+        self.calls = []
+        self.cycle_during_renewal = True
+
+    def renew(self, job_ids, lease_s):
+        self.calls.append(("renew", sorted(job_ids)))
+        if self.cycle_during_renewal:
+            self.horusd.run_cycle_once()
+
+    def start(self, moves):
+        self.calls.append(("start", sorted(m.kept.job_id for m in moves)))
+        return []
+
+    def release(self, job_ids):
+        self.calls.append(("release", sorted(job_ids)))
+
+    def restore(self, shapes):
+        self.calls.append(("restore", shapes))
+
+
+def test_a_job_moved_while_its_lease_is_renewed_is_started_again_after_the_renewal(tmp_path):
+    """The renewal's StartTime=now+lease can reach Slurm after the move's StartTime=now: the job would
+    wait a whole lease on the GPU it was placed on. horusd starts such jobs again once the renewal is
+    done; a renewal during which nothing moved sends nothing more."""
+    from test_horusd_queue import kept
+
+    config = load_config({"socket": f"/tmp/horus-renew-{id(tmp_path)}.sock", "db": str(tmp_path / "h.db")},
+                         environ={})
+    horusd = Horusd(config, reader=None, predictor_factory=lambda kind: MODEL)
+    mover = horusd.mover = RenewalRacingMover(horusd)
+    horusd.placer.load_snapshot(Snapshot([node("n1")], [kept(7, "resnet18-bs32")], taken_at=time.time()))
+    assert horusd.placer.kept_job_ids() == ["7"]
+    horusd.renew_leases()
+    assert mover.calls == [("renew", ["7"]), ("start", ["7"]), ("release", ["7"])]
+    mover.calls.clear()
+    horusd.placer.load_snapshot(Snapshot([node("n1")], [kept(8, "resnet18-bs32")], taken_at=time.time()))
+    mover.cycle_during_renewal = False
+    horusd.renew_leases()
+    assert mover.calls == [("renew", ["8"])]
+    assert horusd.run_cycle_once() == 1 and mover.calls[-1] == ("start", ["8"])  # no renewal running: no release

@@ -178,6 +178,7 @@ class Horusd:
         self.wake = threading.Event()  # set: refresh now instead of at the next tick
         self.ended_notices = 0  # jobs EpilogSlurmctld said ended (ping: is it set up?); the worker's alone
         self._cycle_lock = threading.Lock()  # the cycle thread and job_ended's cycle, one at a time
+        self._moved_during_renewal = None  # while a lease renewal runs: the kept jobs moved meanwhile
         self.offers_changed = threading.Event()
         self.cycle_wanted = threading.Event()  # set: run the scheduling cycle now
         self.mover = Mover(getattr(self.reader, "slurm_conf", None))
@@ -406,15 +407,36 @@ class Horusd:
             for move in moves:
                 if move.reply.id not in refused:
                     self.history.record(move.kept.request.user, move.reply.wire())
+                    if self._moved_during_renewal is not None:
+                        self._moved_during_renewal.add(move.kept.job_id)
             self.wake.set()  # read the queue again soon: the moves show there
             return len(moves) - len(refused)
         return 0
 
     def renew_leases(self):
-        """Push every kept job's begin time a lease ahead (not while the kill switch is on)."""
-        kept = self.placer.kept_job_ids() if self.active else ()
-        if kept and not os.path.exists(self.config.disable_file):
-            self.mover.renew(kept, self.placer.lease_s)
+        """Push every kept job's begin time a lease ahead (not while the kill switch is on).
+
+        The renewal is one scontrol, seconds for thousands of jobs, and the cycle goes on meanwhile: a
+        job it moves after the kept list was read may get its renewal after its move's
+        ``StartTime=now``, and would wait out a whole lease where it was placed. So the jobs moved
+        during the renewal are started again (``StartTime=now``) once it is done, between cycles
+        (never between a move's two updates)."""
+        if not self.active:
+            return
+        with self._cycle_lock:  # no cycle half-way: a job is either still kept or moved for good
+            kept = self.placer.kept_job_ids()
+            self._moved_during_renewal = set()
+        try:
+            if kept and not os.path.exists(self.config.disable_file):
+                self.mover.renew(kept, self.placer.lease_s)
+        finally:
+            with self._cycle_lock:
+                moved, self._moved_during_renewal = self._moved_during_renewal, None
+                late = sorted(moved & set(kept))
+                if late:
+                    log.info("horus: kept jobs %s were moved while their lease was renewed: started again",
+                             ",".join(late))
+                    self.mover.release(late)
 
     def _lease_loop(self):
         # at start (a restarted horusd takes its queue back), then every lease_s / 2: renewing
