@@ -189,3 +189,22 @@ def test_a_job_moved_while_its_lease_is_renewed_is_started_again_after_the_renew
     horusd.renew_leases()
     assert mover.calls == [("renew", ["8"])]
     assert horusd.run_cycle_once() == 1 and mover.calls[-1] == ("start", ["8"])  # no renewal running: no release
+
+
+def test_jobs_let_go_by_the_kill_switch_during_a_renewal_are_let_go_again_after_it(tmp_path):
+    from test_horusd_queue import full, kept
+
+    config = load_config({"socket": f"/tmp/horus-renew-{id(tmp_path)}.sock", "db": str(tmp_path / "h.db"),
+                          "disable_file": str(tmp_path / "off")}, environ={})
+    horusd = Horusd(config, reader=None, predictor_factory=lambda kind: MODEL)
+    mover = horusd.mover = RenewalRacingMover(horusd)
+    horusd.placer.load_snapshot(Snapshot([node("n1"), node("n2")], full(8) + [kept(7)], taken_at=time.time()))
+
+    def switched_off_meanwhile(job_ids, lease_s):
+        mover.calls.append(("renew", sorted(job_ids)))
+        (tmp_path / "off").write_text("")
+        horusd.run_cycle_once()
+
+    mover.renew = switched_off_meanwhile
+    horusd.renew_leases()
+    assert mover.calls == [("renew", ["7"]), ("release", ["7"]), ("release", ["7"])]

@@ -390,6 +390,8 @@ class Horusd:
             if kept:
                 self.mover.release(kept)
                 self.released_by_switch.update(kept)
+                if self._moved_during_renewal is not None:  # a renewal under way must not hold them back
+                    self._moved_during_renewal.update(kept)
                 log.warning("horus: kill switch %s: %d kept jobs left to Slurm", self.config.disable_file, len(kept))
             return 0
         self.released_by_switch.clear()
