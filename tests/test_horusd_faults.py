@@ -158,7 +158,7 @@ class RenewalRacingMover:
         if self.cycle_during_renewal:
             self.horusd.run_cycle_once()
 
-    def start(self, moves):
+    def start(self, moves, hold_s=None):
         self.calls.append(("start", sorted(m.kept.job_id for m in moves)))
         return []
 

@@ -148,6 +148,10 @@ def test_the_moves_in_scontrol_form():
                      (["1"], {"TresPerNode": reply.tres, "NodeList": reply.nodes[0], "StartTime": "now"})]
     assert whole[0] == (["2"], {"TresPerNode": "", "TresPerJob": "gres:gpu:2"})  # never without GPUs
     assert whole[1][1]["TresPerJob"] == "" and whole[1][1]["TresPerNode"].count("gres:gpu:g") == 2
+    # as horusd sends them: the first update also renews the lease, so that the job cannot start in between
+    held = [_start_lines(moves[j], hold_s=30) for j in ("1", "2")]
+    assert [lines[0][1]["StartTime"] for lines in held] == ["now+30", "now+30"]
+    assert [lines[1] for lines in held] == [shard[1], whole[1]] and held[0][0][1]["TresPerNode"] == ""
     # the placed token replaces the kept one, as job_submit.lua would have written it
     token = format_token(reply.id, reply.mode, reply.job_class, reply.slowdown, reply.gpulist)
     admin = replace_token("JS1:x " + moves["1"].kept.admin_comment, reply.id, token)

@@ -403,7 +403,7 @@ class Horusd:
         if moves:
             log.info("horus: cycle placed %d kept jobs: %s", len(moves),
                      " ".join(f"{m.kept.job_id}->{m.reply.gpulist}" for m in moves))
-            refused = set(self.mover.start(moves))
+            refused = set(self.mover.start(moves, hold_s=placer.lease_s))
             for decision_id in refused:
                 placer.forget(decision_id)
             for move in moves:

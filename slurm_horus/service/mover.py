@@ -12,7 +12,8 @@ untyped and typed only once, when they start:
   identification"). Between the two updates the job asks for no GPU; both travel in one scontrol
   process, one RPC apart, and a shard job found without a GPU request is given its shard back
   (:meth:`Mover.restore`, run by horusd after a failed move and for any it finds at a refresh that
-  is not one of its own moves under way);
+  is not one of its own moves under way). The first update also renews the lease (``StartTime=now+L``),
+  so that a job whose lease ran out cannot start in between;
 * kept whole GPUs (``gres:gpu:N`` per node): ``TresPerNode= TresPerJob=gres:gpu:N`` (the job still
   asks for its GPUs if horusd stops right there), then ``TresPerJob= TresPerNode=gres:gpu:g1:1,
   gres:gpu:g3:1 NodeList=n1 StartTime=now``: the job ran on exactly GPUs 1 and 3, nothing leaked;
@@ -38,8 +39,11 @@ log = logging.getLogger("horusd")
 RENEW_CHUNK = 500  # job ids per scontrol line
 
 
-def _start_lines(move):
-    """The scontrol updates that start one kept job where the cycle placed it."""
+def _start_lines(move, hold_s=None):
+    """The scontrol updates that start one kept job where the cycle placed it. With ``hold_s``, the
+    first of two updates also pushes the job's begin time that far ahead: were its lease over (a
+    renewal late on a starved machine), Slurm could otherwise start it between the two, as it is then
+    (a shard job asking for no GPU at all)."""
     kept, reply = move.kept, move.reply
     job = [kept.job_id]
     final = {}
@@ -51,10 +55,11 @@ def _start_lines(move):
     final["StartTime"] = "now"
     if reply.binding == "node":
         return [(job, final)]
+    hold = {"StartTime": f"now+{int(hold_s)}"} if hold_s else {}
     if any(item.name == "shard" for item in parse_gres(reply.tres)):
-        return [(job, {"TresPerNode": ""}), (job, final)]
+        return [(job, {"TresPerNode": "", **hold}), (job, final)]
     prefix = spelling_of(reply.tres)
-    return [(job, {"TresPerNode": "", "TresPerJob": f"{prefix}gpu:{kept.request.n_gpus}"}),
+    return [(job, {"TresPerNode": "", "TresPerJob": f"{prefix}gpu:{kept.request.n_gpus}", **hold}),
             (job, {"TresPerJob": "", **final})]
 
 
@@ -68,11 +73,12 @@ class Mover:
         self.slurm_conf = slurm_conf
         self.timeout_s = timeout_s
 
-    def start(self, moves):
-        """Apply the cycle's moves; returns the decision ids Slurm refused (horusd forgets them)."""
+    def start(self, moves, hold_s=None):
+        """Apply the cycle's moves; returns the decision ids Slurm refused (horusd forgets them).
+        ``hold_s``: the lease, renewed by the first of a move's two updates (:func:`_start_lines`)."""
         if not moves:
             return []
-        lines = [line for move in moves for line in _start_lines(move)]
+        lines = [line for move in moves for line in _start_lines(move, hold_s)]
         refused = update_many(lines, slurm_conf=self.slurm_conf, timeout=max(self.timeout_s, 0.05 * len(lines)))
         failed = [m for m in moves if int(m.kept.job_id) in refused]
         if failed:
