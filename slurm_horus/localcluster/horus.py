@@ -95,6 +95,17 @@ def _cluster_error(message):
     return ClusterError(message)
 
 
+def _exit_error(what, code, log, stdout):
+    """Why a service exited during start-up: a PortClash (the cluster starts again on fresh ports, as
+    for a Slurm daemon) when it could not listen on its port, else a ClusterError."""
+    from .cluster import PortClash, _log_says_port_in_use
+
+    message = f"{what} exited during start-up (exit {code}); see {log} and {stdout}"
+    if _log_says_port_in_use(stdout) or _log_says_port_in_use(log):
+        return PortClash(f"{what}: port in use ({message})")
+    return _cluster_error(message)
+
+
 def start_horusd(cluster, timeout):
     """Start ``horus serve`` in its own session; wait until it answers a ping."""
 
@@ -132,8 +143,7 @@ def _start_service(cluster, name, command, what, answers, timeout, config=None):
     deadline = time.monotonic() + min(timeout, 60)
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            raise _cluster_error(f"{what} exited during start-up (exit {child.returncode}); see {log} "
-                                 f"and {layout.log / f'{name}.stdout'}")
+            raise _exit_error(what, child.returncode, log, layout.log / f"{name}.stdout")
         if answers():
             return child.pid
         time.sleep(0.05)
