@@ -292,6 +292,15 @@ def test_a_sample_receiver_losing_its_port_restarts_the_cluster_on_fresh_ports(m
             assert cluster.down() == []
 
 
+def test_ports_are_drawn_below_the_kernels_ephemeral_range(tmp_path):
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("32768\t60999\n")
+    assert procs.port_range(ranges) == (20000, 32768)
+    ranges.write_text("1024 65535\n")  # no room below it: the whole range, clashes survived by retries
+    assert procs.port_range(ranges) == procs.PORT_RANGE
+    assert procs.port_range(tmp_path / "missing") == procs.PORT_RANGE
+
+
 def test_free_port_picker_skips_ports_in_use():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -16,6 +16,23 @@ from ..proc import list_pids, parent_pid, read_environ
 
 MARKER_VAR = "HORUS_LOCAL_CLUSTER"
 PORT_RANGE = (20000, 60000)
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def port_range(path=EPHEMERAL_RANGE_FILE):
+    """Where the daemons' ports are drawn: below the kernel's ephemeral range when there is room.
+
+    A port picked free may be taken before its daemon binds it (a second or more later, after the
+    daemons before it), and the busiest takers are the outgoing connections of the cluster itself
+    (every scontrol, sbatch and slurmd RPC), whose local ports the kernel draws from that range: a
+    sample receiver lost its port to one once in CI. A clash is still survived (the cluster starts
+    again on fresh ports); below that range it is rare."""
+    low, high = PORT_RANGE
+    try:
+        ephemeral_low = int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return low, high
+    return (low, ephemeral_low) if ephemeral_low - low >= 4000 else (low, high)
 
 
 def port_is_free(port):
@@ -33,7 +50,7 @@ def pick_free_ports(count, start=None, avoid=()):
 
     A port in use is skipped, so a clash with another cluster just moves us to the next one.
     """
-    low, high = PORT_RANGE
+    low, high = port_range()
     port = start if start is not None else random.randrange(low, high - 1000)
     chosen = []
     avoid = set(avoid)
