@@ -240,56 +240,55 @@ def test_port_clash_picks_another_port():
             assert cluster.down() == []
 
 
-@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
-def test_daemon_losing_a_port_race_restarts_the_cluster_on_fresh_ports(monkeypatch):
+def started_with_a_stolen_port(monkeypatch, which, **options):
+    """Start a 1 x 1 cluster whose first port draw hands the daemon at ``which`` (an index into the
+    drawn ports) a port someone else holds; returns (cluster, draws), the cluster up and running."""
     real_pick = procs.pick_free_ports
     calls = []
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
 
     def pick_with_a_stolen_port(count, start=None, avoid=()):
         ports = real_pick(count, start, avoid)
-        if not calls:  # first attempt: slurmctld is handed a port someone else holds
-            ports[0] = taken.getsockname()[1]
+        if not calls:
+            ports[which] = taken.getsockname()[1]
         calls.append(ports)
         return ports
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        monkeypatch.setattr(procs, "pick_free_ports", pick_with_a_stolen_port)
-        cluster = LocalCluster(nodes=1, gpus=1)
-        try:
-            cluster.up()
-            assert len(calls) == 2 and cluster.ports["slurmctld"] == calls[1][0] != calls[0][0]
-            assert cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
-        finally:
-            assert cluster.down() == []
+    monkeypatch.setattr(procs, "pick_free_ports", pick_with_a_stolen_port)
+    cluster = LocalCluster(nodes=1, gpus=1, **options)
+    try:
+        cluster.up()
+    except BaseException:
+        cluster.down()
+        raise
+    finally:
+        taken.close()
+    return cluster, calls
+
+
+@pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
+def test_daemon_losing_a_port_race_restarts_the_cluster_on_fresh_ports(monkeypatch):
+    cluster, calls = started_with_a_stolen_port(monkeypatch, 0)  # slurmctld's port
+    try:
+        assert len(calls) == 2 and cluster.ports["slurmctld"] == calls[1][0] != calls[0][0]
+        assert cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
+    finally:
+        assert cluster.down() == []
 
 
 @pytest.mark.slurm  # starts its own daemons or needs the Slurm programs
 def test_a_sample_receiver_losing_its_port_restarts_the_cluster_on_fresh_ports(monkeypatch):
     """Seen once in CI (24.11): ``horus receive`` could not listen on the port picked for it a moment
     earlier, and the cluster failed instead of starting again, as it does for a Slurm daemon."""
-    real_pick = procs.pick_free_ports
-    calls = []
-
-    def pick_with_a_stolen_port(count, start=None, avoid=()):
-        ports = real_pick(count, start, avoid)
-        if not calls:  # first attempt: the receiver (the last port) is handed one someone else holds
-            ports[-1] = taken.getsockname()[1]
-        calls.append(ports)
-        return ports
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        monkeypatch.setattr(procs, "pick_free_ports", pick_with_a_stolen_port)
-        cluster = LocalCluster(nodes=1, gpus=1, horus=True)
-        try:
-            cluster.up()
-            assert len(calls) == 2 and cluster.ports["receiver"] == calls[1][-1] != calls[0][-1]
-            assert cluster.ship_to.endswith(str(calls[1][-1])) and cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
-        finally:
-            assert cluster.down() == []
+    cluster, calls = started_with_a_stolen_port(monkeypatch, -1, horus=True)  # the receiver's: the last
+    try:
+        assert len(calls) == 2 and cluster.ports["receiver"] == calls[1][-1] != calls[0][-1]
+        assert cluster.ship_to.endswith(f":{calls[1][-1]}")
+        assert cluster.run(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"]
+    finally:
+        assert cluster.down() == []
 
 
 def test_ports_are_drawn_below_the_kernels_ephemeral_range(tmp_path):
