@@ -683,6 +683,109 @@ def test_wait_at_once_is_the_pipelines(rule, options):
     assert {(True, True, 1), (False, False, 1), (False, False, 2)} <= seen, seen
 
 
+def test_share_ratio_is_the_threshold_of_the_pair_test():
+    """share_ratio's ρ: T_con < T_seq (pair_times, the job sub-batched at ``speed`` in T_con) holds
+    exactly for the partner's remaining times e_b > ρ·E_a, over random throughputs, speeds and
+    durations, on both sides of the threshold and both pieces of the benefit."""
+    from slurm_horus.placement.policies.sjf_bsbf import pair_times, share_ratio
+
+    rng = np.random.default_rng(29)
+    sides = set()
+    for _ in range(4000):
+        t_a, t_b = float(rng.uniform(0.05, 1.5)), float(rng.uniform(0.05, 1.5))
+        speed = 1.0 if rng.random() < 0.5 else float(rng.uniform(0.2, 1.0))
+        e_a = float(10 ** rng.uniform(0, 5))
+        rho = share_ratio(t_a, t_b, speed)
+        for e_b in (float(10 ** rng.uniform(-1, 6)), abs(rho) * e_a * (1 + 1e-4), abs(rho) * e_a * (1 - 1e-4)):
+            if e_b <= 0 or abs(e_b - rho * e_a) <= 1e-6 * (e_b + e_a):
+                continue
+            t_con, _ = pair_times(e_a / speed, e_b, t_a, t_b)
+            beats = bool(t_con < e_b + 0.5 * e_a)  # T_seq: waiting, then running as submitted
+            assert beats == (e_b > rho * e_a), (t_a, t_b, speed, e_a, e_b, rho)
+            sides.add((beats, e_b < e_a * t_b / (speed * t_a)))
+    assert sides == {(True, True), (True, False), (False, True), (False, False)}
+
+
+def test_sjf_bsbf_quick_waits_of_multi_gpu_jobs_are_the_pipelines():
+    """sjf-bsbf answers a multi-GPU job 'wait' at once when fewer nodes than it asks have
+    ``gpus_per_node`` GPUs it may take (free, or a lone resident it may join by the share limits):
+    the same decision and reason as the pipeline, over random clusters with and without free GPUs,
+    geometries of one and two nodes, OOM pairs and expected ends around the thresholds."""
+    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
+
+    rng = np.random.default_rng(31)
+    classes = [f"k{i}" for i in range(5)]
+    quick = {"wait": 0, "pipeline": 0}  # answered at once / by the pipeline (it places, or waits)
+    seen = set()
+    for trial in range(60):
+        values = {(a, b): float(rng.choice([0.0, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0])) for a in classes for b in classes}
+        state = cluster(5, 4, partitions=("p",))
+        policy = SJFBSBF(PairTable(TablePredictor(values), state.classes))
+        for g in rng.permutation(20)[:int(rng.integers(12, 21))]:
+            state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (int(g),), 0.0,
+                                   float(rng.choice([50.0, 100.0, 140.0, 400.0, 3000.0, 9000.0]))))
+        for g in rng.permutation(20)[:int(rng.integers(0, 4))]:
+            if state.gpu_njobs[g] == 1:
+                state.place(RunningJob(f"s{g}", str(rng.choice(classes)), (int(g),), 0.0, 500.0))
+        ctx = SchedulingContext(100.0, 30, 30)
+        for k in range(10):
+            per_node, nodes = [(2, 1), (3, 1), (4, 1), (2, 2), (4, 2), (1, 3)][int(rng.integers(0, 6))]
+            req = JobRequest(f"n{k}", str(rng.choice(classes)), gpus_per_node=per_node, nodes=nodes,
+                             predicted_duration=float(rng.choice([1.0, 40.0, 100.0, 300.0, 2000.0, 1e5])))
+            calls = []
+            policy._fill_predictions = lambda *a, _o=policy._fill_predictions: (calls.append(1), _o(*a))[1]
+            answer = policy.decide(state, req, ctx)
+            del policy._fill_predictions
+            known = policy.wait_reason(state, req, ctx)  # the cycle's question, after a decision built the GPUs
+            full = policy.decide(state, req, ctx, explain=True)
+            full.candidates = []
+            assert answer.to_dict() == full.to_dict(), (trial, k)
+            assert known is None or (not full.placed and known == full.reason), (trial, k, known, full.reason)
+            if not calls:
+                quick["wait"] += 1
+            else:
+                quick["pipeline"] += 1
+            seen.add((answer.placed, answer.reason))
+    assert quick["wait"] > 50 and quick["pipeline"] > 20, quick
+    assert {(False, "sharing would not beat waiting (SJF-BSBF rule)"),
+            (False, "no GPU qualifies under this policy")} <= seen and any(p for p, _ in seen), seen
+
+
+def test_sjf_bsbf_share_ratios_follow_the_pairs_it_measures():
+    """The ratio matrix sjf-bsbf keeps is refreshed cell by cell as pairs are measured (and the
+    sub-batched variants' cells with them): it always equals one computed afresh, also after more
+    measurements than the table's log keeps."""
+    from slurm_horus.placement import pairs as pairs_module
+    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
+
+    rng = np.random.default_rng(37)
+    classes = ["m-bs64", "m-bs32", "m-bs16", "k0", "k1", "k2"]
+    solo = {("v100", c): t for c, t in (("m-bs64", 2.0), ("m-bs32", 3.5), ("m-bs16", 6.0))}
+    values = {(a, b): float(rng.choice([0.0, 0.4, 0.7, 0.9])) for a in classes for b in classes}
+    state = cluster(1, 4)
+    for c in classes:
+        state.classes.id(c)
+    table = PairTable(TablePredictor(values), state.classes)
+    policy = SJFBSBF(table, solo_tput=solo)
+    keep = pairs_module.LOG_KEEP
+    try:
+        pairs_module.LOG_KEEP = 8
+        table._log = type(table._log)(maxlen=8)
+        for step in range(40):
+            for sub in (False, True):
+                mat = table.matrix("v100")
+                kept = policy._ratio_matrix("v100", mat, sub, state.classes).copy()
+                fresh = SJFBSBF(table, solo_tput=solo)._ratio_matrix("v100", mat, sub, state.classes)
+                assert np.array_equal(kept, fresh), (step, sub)
+            for _ in range(int(rng.choice([1, 2, 3, 12]))):  # sometimes more than the log keeps
+                a, b = rng.choice(classes, 2)
+                policy.observe("v100", str(a), str(b), float(rng.choice([0.0, 0.35, 0.6, 0.95])))
+        assert table.changes_since(table.n_observations - 9) is None
+        assert len(table.changes_since(table.n_observations - 3)) == 3
+    finally:
+        pairs_module.LOG_KEEP = keep
+
+
 @pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0}, {"score_rule": "combined"}])
 def test_horus_longer_jobs_of_a_class_that_waited_wait_like_the_pipeline(options):
     """Within a cycle (one cluster version) horus keeps, per class, the least expected duration that

@@ -26,6 +26,7 @@ from .request import Candidate, Decision, JobRequest
 from .state import ClusterState, RunningJob
 
 NEG_INF = -np.inf
+NO_QUALIFYING_GPU = "no GPU qualifies under this policy"  # the pipeline's wait when some GPU scored
 
 
 @dataclass
@@ -373,7 +374,7 @@ class Policy:
         chosen = self.select(cycle)
         cands = self._candidates(cycle) if explain else []
         if chosen is None:
-            reason = cycle.notes.get("wait_reason", "no GPU qualifies under this policy")
+            reason = cycle.notes.get("wait_reason", NO_QUALIFYING_GPU)
             return Decision(req.job_id, False, self.name, reason=str(reason), candidates=cands,
                             n_feasible=len(cycle.idx))
         return self._decision(cycle, chosen, cands)

@@ -14,7 +14,8 @@ default prior is a guess over the whole range, σ of a uniform value on [0, 1]);
 this cluster has ``OBSERVED_SIGMA / sqrt(times measured)``.
 """
 
-from typing import Dict, Optional, Sequence, Tuple
+from collections import deque
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from .state import ClassIndex
 SOURCE_SIGMA = {"measured": 0.05, "cf": 0.10, "mlp": 0.13, "utilization": 0.10, "default": 0.29,
                 "memory": 0.0, "solo": 0.05}
 UNKNOWN_SIGMA = 0.15  # a predictor that does not say where its answer came from
+LOG_KEEP = 4096  # measured pairs remembered for changes_since (a cache older than that starts over)
 OBSERVED_SIGMA = 0.05  # one measurement on this cluster (what the replay's learning showed: MAE 0.02–0.04)
 
 
@@ -63,6 +65,9 @@ class PairTable:
         self._filled: Dict[str, int] = {}
         self._observed: Dict[Tuple[str, str, str], Tuple[float, int]] = {}
         self.n_observations = 0
+        # the latest pairs measured, (gpu_type, target id, corunner id): what a cache of values derived
+        # from the matrices refreshes (changes_since)
+        self._log: Deque[Tuple[str, int, int]] = deque(maxlen=LOG_KEEP)
 
     def matrix(self, gpu_type: str) -> np.ndarray:
         """The (n_classes × n_classes) matrix for ``gpu_type``; grows when new classes appear."""
@@ -129,8 +134,17 @@ class PairTable:
         self.n_observations += 1
         mat = self.matrix(gpu_type)
         mat[a, b] = mean
+        self._log.append((gpu_type, a, b))
         self._known[gpu_type][a, b] = True
         self._sigma[gpu_type][a, b] = OBSERVED_SIGMA / np.sqrt(count + 1)
+
+    def changes_since(self, seen: int) -> Optional[List[Tuple[str, int, int]]]:
+        """The pairs measured since ``n_observations`` was ``seen``, oldest first, as (gpu_type,
+        target id, corunner id); None when they are no longer all kept (``LOG_KEEP``)."""
+        new = self.n_observations - seen
+        if new < 0 or new > len(self._log):
+            return None
+        return [self._log[-i] for i in range(new, 0, -1)]
 
     def known(self, gpu_type: str) -> np.ndarray:
         """Bool matrix: which pair values were measured (observed), not predicted."""

@@ -23,16 +23,17 @@ single-GPU jobs are sub-batched here, and only among batch sizes of the same mod
 index knows and that divide the submitted batch.
 """
 
+import math
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
 from ...interference.classes import micro_batch_speed, smaller_batches, with_batch
-from ..framework import NEG_INF, Feasible, Policy, SJFMixin
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, SJFMixin
 from ..request import Decision
 
-# margin of the shortcuts' bounds on a pair test: far above rounding (relative 1e-15), far below any
-# difference that matters; a bound within it sends the decision to the exact test
+# margin of horus's bound on a pair test (policies/horus.py): far above rounding (relative 1e-15), far
+# below any difference that matters; a bound within it sends the decision to the exact test
 PAIR_EPS = 1e-9
 
 
@@ -59,29 +60,37 @@ def pair_benefit(e_a, e_b, tput_a, tput_b):
     return t_seq - t_con
 
 
-def may_beat_waiting(e_a_con, e_a, e_b, tput_a, tput_b):
-    """Whether ``T_con < T_seq`` may hold for some remaining time of the partner in an interval:
-    ``e_b`` holds the interval's ends (first half: the least, second half: the greatest, one per
-    pair of throughputs in ``tput_a``/``tput_b``). ``e_a_con`` is the job's exclusive time in T_con
-    (E_a, or E_a / speed sub-batched; one per pair, or one for all), ``e_a`` the one in T_seq.
+def share_ratio(t_a: float, t_b: float, speed: float = 1.0) -> float:
+    """ρ such that ``T_con < T_seq`` holds exactly when the partner's remaining time e_b > ρ·E_a
+    (t_a, t_b > 0, 0 < speed ≤ 1, the job's exclusive time in T_con E_a / speed).
 
-    T_seq − T_con is continuous and piecewise linear in e_b, in two pieces, the later (the job ends
-    last) of slope ½: convex or rising, it is largest at an end of the interval, so it is positive
-    somewhere only if it is positive at an end (up to a margin far above rounding, ``PAIR_EPS``
-    times the largest values involved)."""
-    tput_a = np.concatenate((tput_a, tput_a))
-    tput_b = np.concatenate((tput_b, tput_b))
-    if np.ndim(e_a_con):
-        e_a_con = np.concatenate((e_a_con, e_a_con))
-    t_con, _ = pair_times(e_a_con, e_b, tput_a, tput_b)
-    t_seq = e_b + 0.5 * e_a
-    half = len(e_b) // 2
-    scale = np.abs(t_seq) + np.abs(t_con)
-    # the margin scales with the interval's largest values: the bound holds between the ends
-    scale = np.maximum(scale[:half], scale[half:]) + (e_a_con[half:] if np.ndim(e_a_con) else e_a_con) \
-        + e_a + e_b[half:]
-    slack = t_seq - t_con
-    return np.maximum(slack[:half], slack[half:]) + PAIR_EPS * scale > 0
+    T_seq − T_con is continuous and piecewise linear in e_b, 0 or negative at e_b = 0
+    (−½E_a(1/speed − 1)), in two pieces split at e_b = β·E_a, β = t_b / (speed·t_a):
+    - the job ends last (e_b ≤ β·E_a): slope (t_b − 1 + ½t_a) / t_b;
+    - the partner ends last (e_b ≥ β·E_a): slope ½, zero at ρ₂·E_a, ρ₂ = (2 − t_b) / (speed·t_a) − 1.
+    If ρ₂ ≥ β the first piece stays at or below 0 and the threshold is ρ₂; otherwise the first piece
+    rises through 0 at ρ₁·E_a, ρ₁ = ½(1/speed − 1)·t_b / (t_b − 1 + ½t_a) (0 when speed = 1). So
+    sharing beats waiting above one threshold, linear in E_a: a job that waits for a partner waits
+    for it while the partner's remaining time shrinks, and a longer job of the class waits too."""
+    t_a = max(t_a, 1e-9)  # as pair_times
+    t_b = max(t_b, 1e-9)
+    beta = t_b / (speed * t_a)
+    rho2 = (2.0 - t_b) / (speed * t_a) - 1.0
+    rising = t_b - 1.0 + 0.5 * t_a
+    if rho2 >= beta or rising <= 0:
+        return rho2
+    return 0.5 * (1.0 / speed - 1.0) * t_b / rising
+
+
+# margins of the threshold test (:meth:`SJFBSBF._may_share`), far above rounding (1e-16), far below any
+# difference that matters: a job within RATIO_EPS (relative) of its class's threshold goes to the exact
+# test, and so does any job next to a class whose ρ is below RATIO_MIN, or whose sub-batched variant
+# is within RATIO_MIN of the submitted batch's speed (where the pair test's rounding, seen as a
+# remaining time, is no longer far below the threshold)
+RATIO_EPS = 1e-7
+RATIO_MIN = 1e-6
+
+WAIT_REASON = "sharing would not beat waiting (SJF-BSBF rule)"
 
 
 def batch_speed(solo_tput: Dict[Tuple[str, str], float], gpu_type: str, job_class: str,
@@ -163,56 +172,172 @@ class SJFBSBF(SJFMixin, Policy):
 
     def decide_quickly(self, cycle):
         """The pipeline's answer without computing T_con on every shared GPU: a 1-GPU job with a free
-        feasible GPU takes the first one (a free GPU scores above any pair, first fit among them);
-        with no free feasible GPU on one GPU type, a job waits at once when no pair can beat waiting
-        (:meth:`_may_share`). Held equal to the pipeline by tests/test_placement.py."""
+        feasible GPU takes the first one (a free GPU scores above any pair, first fit among them); on
+        one GPU type, a job waits at once when the share limits show that too few GPUs can take it
+        (:meth:`_quick_wait`). Held equal to the pipeline by tests/test_placement.py."""
         req = cycle.req
         feasible = cycle.feasible
         if feasible is None or feasible.idx is not cycle.idx:
             feasible = Feasible(cycle.state, np.array(cycle.idx))
-        first_free = feasible.first_free
-        if first_free >= 0:
-            if req.n_gpus != 1:
-                return None
+        if feasible.first_free >= 0 and req.n_gpus == 1:
             self._variant_of_gpu = {}
-            return self._decision_at(cycle, [first_free])
-        if self.pairs is None or len(cycle.state.gpu_types) != 1 or self._may_share(cycle, feasible):
+            return self._decision_at(cycle, [feasible.first_free])
+        if self.pairs is None or len(cycle.state.gpu_types) != 1:
             return None
-        return Decision(req.job_id, False, self.name, reason="sharing would not beat waiting (SJF-BSBF rule)",
-                        n_feasible=len(cycle.idx))
+        reason = self._quick_wait(cycle.state, feasible, cycle.class_id, req, cycle.ctx.now)
+        if reason is None:
+            return None
+        return Decision(req.job_id, False, self.name, reason=reason, n_feasible=len(cycle.idx))
+
+    def wait_reason(self, state, req, ctx):
+        """The wait :meth:`decide_quickly` would answer, from this cycle's feasible GPUs for the
+        request's shape on this cluster version (``Feasible``, built by an earlier decision), without
+        building the decision: most of a saturated queue waits, and the cycle asks this first."""
+        if self.pairs is None or req.n_gpus == 0 or req.gpu_units > 0 or len(state.gpu_types) != 1:
+            return None
+        if type(self).decide_quickly is not SJFBSBF.decide_quickly or type(self)._feasible is not Policy._feasible:
+            return None
+        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
+            return None
+        c = state.classes.ids.get(req.job_class)
+        if c is None:
+            return None
+        cache, shape = self._feasible_cache(state, req, ctx)
+        feasible = cache.get(shape)
+        if feasible is None or len(feasible.idx) < req.n_gpus:
+            return None
+        return self._quick_wait(state, feasible, c, req, ctx.now)
+
+    def _quick_wait(self, state, feasible, c, req, now) -> Optional[str]:
+        """The reason the pipeline gives a job that must wait, when the share limits show it (one GPU
+        type, at least ``n_gpus`` feasible GPUs); None: ask the pipeline.
+
+        One GPU, none free: no resident class may be joined (:meth:`_may_share`). Several GPUs: fewer
+        nodes than it asks have ``gpus_per_node`` GPUs that may take the job (free, or a resident it
+        may join: :meth:`_gpu_limits`); the reason then says whether some GPU surely could (the
+        pipeline's "no GPU qualifies")."""
+        if req.n_gpus == 1:
+            if feasible.first_free >= 0 or self._may_share_at(state, feasible, c, req, now):
+                return None
+            return WAIT_REASON
+        limits = self._gpu_limits(state, feasible, c, now)
+        e_a = req.expected_duration()
+        may = limits > e_a * (1.0 - RATIO_EPS)
+        n_may = int(np.count_nonzero(may))
+        if n_may == 0:
+            return WAIT_REASON
+        if n_may >= req.n_gpus:
+            # as the pipeline's select: enough nodes with gpus_per_node GPUs that may take the job
+            per_node = np.bincount(state.gpu_node[feasible.idx[may]], minlength=len(state.nodes))
+            if int(np.count_nonzero(per_node >= req.gpus_per_node)) >= req.nodes:
+                return None
+        if not (limits > e_a * (1.0 + RATIO_EPS)).any():
+            return None  # whether any GPU scores decides the pipeline's reason: ask it
+        return NO_QUALIFYING_GPU
+
+    def _gpu_limits(self, state, feasible, c, now) -> np.ndarray:
+        """Per feasible GPU, the E_a below which a job of class ``c`` (not sub-batched) may take it:
+        inf when free, e_b / ρ when it runs a job alone (:meth:`_share_limits`' terms; inf where
+        ρ < RATIO_MIN, 0 where the pair does not fit). Kept in ``Feasible.memo``."""
+        gpu_type = state.gpu_types[0]
+        mat = self.pairs.matrix(gpu_type)
+        key = ("bsbf-gpu-limits", id(self), c, now, len(mat), self.pairs.n_observations)
+        found = feasible.memo.get(key)
+        if found is None:
+            resident = feasible.resident
+            busy = resident >= 0
+            found = np.full(len(feasible.idx), np.inf)
+            r = self._ratio_matrix(gpu_type, mat, False, state.classes)[c][resident[busy]]
+            with np.errstate(divide="ignore"):
+                limits = np.maximum(state.gpu_end0[feasible.idx[busy]] - now, 1.0) / r
+            limits[r < RATIO_MIN] = np.inf
+            found[busy] = limits
+            feasible.memo[key] = found
+        return found
 
     def _may_share(self, cycle, feasible) -> bool:
         """Whether some feasible GPU (one GPU type, none free) may get a finite score: a pair, or a
-        sub-batched pair, whose T_con may beat T_seq (:func:`may_beat_waiting` at the least and the
-        greatest expected end of each resident class). False: the pipeline scores every GPU -inf."""
-        state, req = cycle.state, cycle.req
+        sub-batched pair, whose T_con may beat T_seq. False: the pipeline scores every GPU -inf."""
+        return self._may_share_at(cycle.state, feasible, cycle.class_id, cycle.req, cycle.ctx.now)
+
+    def _may_share_at(self, state, feasible, c, req, now) -> bool:
+        """:meth:`_may_share` from its parts: the job's expected duration E_a against its class's
+        longest duration that may still share (:meth:`_share_limits`), with a margin (``RATIO_EPS``)."""
+        limits = self._share_limits(state, feasible, bool(self.sub_batch and req.n_gpus == 1), now)
+        return req.expected_duration() * (1.0 - RATIO_EPS) < limits[c]
+
+    def _share_limits(self, state, feasible, sub, now) -> np.ndarray:
+        """Per job class c, the E_a below which a job of the class may share a feasible GPU (inf: any
+        may): the largest e_b / ρ (:meth:`_ratio_matrix`) over the resident classes, e_b the greatest
+        remaining time among their residents (``max(end − now, 1)``). Kept in ``Feasible.memo`` for
+        this cluster version, time and pair table."""
         gpu_type = state.gpu_types[0]
         mat = self.pairs.matrix(gpu_type)
-        lo, hi = feasible.end_range(len(mat))
-        k = np.flatnonzero(hi >= lo)
-        if len(k) == 0:
-            return False
-        c = cycle.class_id
-        e_a = req.expected_duration()
-        now = cycle.ctx.now
-        e_b = np.maximum(np.concatenate((lo[k], hi[k])) - now, 1.0)
-        mine = mat[c, k]
-        if may_beat_waiting(e_a, e_a, e_b, mine, mat[k, c]).any():
-            return True
-        if not self.sub_batch or req.n_gpus != 1:
-            return False
-        oom = k[mine <= 0]
-        if len(oom) == 0:
-            return False
-        ids, speeds = self._variant_speeds(req.job_class, gpu_type, state.classes)
-        if len(ids) == 0:
-            return False
-        # every (variant, resident class) at once: variant-major, as the pipeline's loop
-        n = len(ids)
-        mine, theirs = mat[np.ix_(ids, oom)].ravel(), mat[np.ix_(oom, ids)].T.ravel()
-        e_b = np.maximum(np.concatenate((np.tile(lo[oom], n), np.tile(hi[oom], n))) - now, 1.0)
-        fits = (mine > 0) & (theirs > 0)
-        return bool((fits & may_beat_waiting(np.repeat(e_a / speeds, len(oom)), e_a, e_b, mine, theirs)).any())
+        key = ("bsbf-limits", id(self), sub, now, len(mat), self.pairs.n_observations)
+        found = feasible.memo.get(key)
+        if found is None:
+            rho = self._ratio_matrix(gpu_type, mat, sub, state.classes)
+            lo, hi = feasible.end_range(len(mat))
+            k = np.flatnonzero(hi >= lo)
+            if len(k) == 0:
+                found = np.zeros(len(mat))
+            else:
+                r = rho[:, k]
+                with np.errstate(divide="ignore"):
+                    found = (np.maximum(hi[k] - now, 1.0) / r).max(axis=1)  # ρ = inf: 0
+                found[(r < RATIO_MIN).any(axis=1)] = np.inf
+            feasible.memo[key] = found
+        return found
+
+    def _ratio_matrix(self, gpu_type, mat, sub, classes) -> np.ndarray:
+        """ρ[c, k] (:meth:`_ratio`) for every pair of known classes. Kept until the pair table
+        changes: a measured pair recomputes the cells it touches (``PairTable.changes_since``)."""
+        cache = self.__dict__.setdefault("_ratio_cache", {})
+        found = cache.get((gpu_type, sub))
+        n = len(mat)
+        if found is not None and found[0] is mat and len(found[2]) == n:
+            _mat, seen, rho, users = found
+            if seen == self.pairs.n_observations:
+                return rho
+            changes = self.pairs.changes_since(seen)
+            if changes is not None:
+                for t, a, b in changes:
+                    if t == gpu_type:
+                        cells = {(a, b), (b, a)}  # the pair, either way round, and where a or b is a variant
+                        cells.update((c, b) for c in users.get(a, ()))
+                        cells.update((c, a) for c in users.get(b, ()))
+                        for c, k in cells:
+                            rho[c, k] = self._ratio(gpu_type, mat, c, k, sub, classes)
+                cache[(gpu_type, sub)] = (mat, self.pairs.n_observations, rho, users)
+                return rho
+        rho = np.array([[self._ratio(gpu_type, mat, c, k, sub, classes) for k in range(n)] for c in range(n)])
+        users: Dict[int, list] = {}  # variant class id -> the classes it is a sub-batched variant of
+        if sub:
+            for c in range(n):
+                for v in self._variant_speeds(classes.names[c], gpu_type, classes)[0]:
+                    users.setdefault(int(v), []).append(c)
+        cache[(gpu_type, sub)] = (mat, self.pairs.n_observations, rho, users)
+        return rho
+
+    def _ratio(self, gpu_type, mat, c, k, sub, classes) -> float:
+        """The least ρ (:func:`share_ratio`) with which a job of class c may join a job of class k
+        running alone: the pair's when it fits (t_c,k > 0), else (``sub``) the least over c's
+        sub-batched variants that fit; inf when none may; −inf (any E_a may share) where such a
+        variant is faster than the job as submitted (the threshold form does not hold), or not
+        slower by more than RATIO_MIN without being as fast."""
+        mine = mat.item(c, k)
+        if mine > 0:
+            return share_ratio(mine, mat.item(k, c))
+        rho = math.inf
+        if sub:
+            ids, speeds = self._variant_speeds(classes.names[c], gpu_type, classes)
+            for v, speed in zip(ids.tolist(), speeds.tolist()):
+                t_a, t_b = mat.item(v, k), mat.item(k, v)
+                if t_a > 0 and t_b > 0 and speed > 0:
+                    if 1 - RATIO_MIN <= speed and speed != 1.0:
+                        return -math.inf
+                    rho = min(rho, share_ratio(t_a, t_b, speed))
+        return rho
 
     def _variant_speeds(self, job_class, gpu_type, classes):
         """The sub-batched variants of ``job_class`` with a known speed: their class ids and speeds
@@ -246,7 +371,7 @@ class SJFBSBF(SJFMixin, Policy):
             # the reference's tie-break: among qualifying partners the lowest T_con
             score[shared] = np.where(t_con < t_seq, -t_con, NEG_INF)
         if np.isinf(score).all() and not free.any():
-            cycle.notes["wait_reason"] = "sharing would not beat waiting (SJF-BSBF rule)"
+            cycle.notes["wait_reason"] = WAIT_REASON
         return score
 
     def decide(self, state, req, ctx=None, explain=False):
