@@ -684,9 +684,10 @@ def test_wait_at_once_is_the_pipelines(rule, options):
 
 
 def test_share_ratio_is_the_threshold_of_the_pair_test():
-    """share_ratio's ρ: T_con < T_seq (pair_times, the job sub-batched at ``speed`` in T_con) holds
-    exactly for the partner's remaining times e_b > ρ·E_a, over random throughputs, speeds and
-    durations, on both sides of the threshold and both pieces of the benefit."""
+    """share_ratio's ρ: T_seq − T_con > gain·(E_a + e_b) (pair_times, the job sub-batched at ``speed``
+    in T_con; gain 0: T_con < T_seq) holds exactly for the partner's remaining times e_b > ρ·E_a, over
+    random throughputs, speeds, gains and durations, on both sides of the threshold and both pieces
+    of the benefit."""
     from slurm_horus.placement.policies.sjf_bsbf import pair_times, share_ratio
 
     rng = np.random.default_rng(29)
@@ -694,13 +695,15 @@ def test_share_ratio_is_the_threshold_of_the_pair_test():
     for _ in range(4000):
         t_a, t_b = float(rng.uniform(0.05, 1.5)), float(rng.uniform(0.05, 1.5))
         speed = 1.0 if rng.random() < 0.5 else float(rng.uniform(0.2, 1.0))
+        gain = 0.0 if rng.random() < 0.5 else float(rng.uniform(0.0, 0.45))
         e_a = float(10 ** rng.uniform(0, 5))
-        rho = share_ratio(t_a, t_b, speed)
+        rho = share_ratio(t_a, t_b, speed, gain)
         for e_b in (float(10 ** rng.uniform(-1, 6)), abs(rho) * e_a * (1 + 1e-4), abs(rho) * e_a * (1 - 1e-4)):
             if e_b <= 0 or abs(e_b - rho * e_a) <= 1e-6 * (e_b + e_a):
                 continue
             t_con, _ = pair_times(e_a / speed, e_b, t_a, t_b)
-            beats = bool(t_con < e_b + 0.5 * e_a)  # T_seq: waiting, then running as submitted
+            # T_seq: waiting, then running as submitted
+            beats = bool((e_b + 0.5 * e_a) - t_con > gain * (e_a + e_b))
             assert beats == (e_b > rho * e_a), (t_a, t_b, speed, e_a, e_b, rho)
             sides.add((beats, e_b < e_a * t_b / (speed * t_a)))
     assert sides == {(True, True), (True, False), (False, True), (False, False)}
@@ -755,7 +758,6 @@ def test_sjf_bsbf_share_ratios_follow_the_pairs_it_measures():
     """The ratio matrix sjf-bsbf keeps is refreshed cell by cell as pairs are measured (and the
     sub-batched variants' cells with them): it always equals one computed afresh, also after more
     measurements than the table's log keeps."""
-    from slurm_horus.placement import pairs as pairs_module
     from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
 
     rng = np.random.default_rng(37)
@@ -767,23 +769,17 @@ def test_sjf_bsbf_share_ratios_follow_the_pairs_it_measures():
         state.classes.id(c)
     table = PairTable(TablePredictor(values), state.classes)
     policy = SJFBSBF(table, solo_tput=solo)
-    keep = pairs_module.LOG_KEEP
-    try:
-        pairs_module.LOG_KEEP = 8
-        table._log = type(table._log)(maxlen=8)
-        for step in range(40):
-            for sub in (False, True):
-                mat = table.matrix("v100")
-                kept = policy._ratio_matrix("v100", mat, sub, state.classes).copy()
-                fresh = SJFBSBF(table, solo_tput=solo)._ratio_matrix("v100", mat, sub, state.classes)
-                assert np.array_equal(kept, fresh), (step, sub)
-            for _ in range(int(rng.choice([1, 2, 3, 12]))):  # sometimes more than the log keeps
-                a, b = rng.choice(classes, 2)
-                policy.observe("v100", str(a), str(b), float(rng.choice([0.0, 0.35, 0.6, 0.95])))
-        assert table.changes_since(table.n_observations - 9) is None
-        assert len(table.changes_since(table.n_observations - 3)) == 3
-    finally:
-        pairs_module.LOG_KEEP = keep
+    table._log = type(table._log)(maxlen=8)  # a short log: more measurements than it keeps, at times
+    for step in range(40):
+        for sub in (False, True):
+            kept = policy._ratio_matrix("v100", sub, state.classes).copy()
+            fresh = SJFBSBF(table, solo_tput=solo)._ratio_matrix("v100", sub, state.classes)
+            assert np.array_equal(kept, fresh), (step, sub)
+        for _ in range(int(rng.choice([1, 2, 3, 12]))):  # sometimes more than the log keeps
+            a, b = rng.choice(classes, 2)
+            policy.observe("v100", str(a), str(b), float(rng.choice([0.0, 0.35, 0.6, 0.95])))
+    assert table.changes_since(table.n_observations - 9) is None
+    assert len(table.changes_since(table.n_observations - 3)) == 3
 
 
 @pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0}, {"score_rule": "combined"}])

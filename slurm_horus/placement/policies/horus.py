@@ -46,10 +46,10 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..fragmentation import FragmentationModel
-from ..framework import NEG_INF, Feasible, Policy, pressure
+from ..framework import NEG_INF, Cycle, Feasible, Policy, pressure
 from ..request import Decision
 from .fgd import _sigmoid_score as _fgd_score
-from .sjf_bsbf import PAIR_EPS, pair_benefit
+from .sjf_bsbf import PAIR_EPS, RATIO_EPS, RATIO_MIN, ShareRatios, pair_benefit
 
 
 class Horus(Policy):
@@ -176,7 +176,7 @@ class Horus(Policy):
         if req.n_gpus != 1:
             # the pipeline scores only free GPUs and qualifying pairs: with neither, it waits
             if first_free >= 0 or (not pressure(cycle) and req.n_gpus <= state.n_free) \
-                    or not self._waits(cycle, feasible)[0]:
+                    or not self._waits(cycle, feasible):
                 return None
             return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
                             n_feasible=len(cycle.idx))
@@ -186,13 +186,13 @@ class Horus(Policy):
                 return Decision(req.job_id, False, self.name, reason="no GPU qualifies under this policy",
                                 n_feasible=len(cycle.idx))
             return self._decision_at(cycle, [first_free])
+        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
         may = None
         if first_free < 0:
-            waits, may = self._waits(cycle, feasible)
-            if waits:
+            if self._waits(cycle, feasible):
                 return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
                                 n_feasible=len(cycle.idx))
-        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+            may = self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
         need_c = ok_c | bsbf_c
         need_c[-1] = False
         floor = self.free_score if first_free >= 0 else NEG_INF
@@ -227,9 +227,9 @@ class Horus(Policy):
         return self._decision_at(cycle, [best_pos])
 
     def wait_reason(self, state, req, ctx):
-        """A job of a class that had to wait in this cycle, on this cluster version, for no longer a
-        duration (:meth:`_waits`' memo), under the same conditions as :meth:`decide_quickly`'s
-        answer: the same reason, without building the decision."""
+        """The wait :meth:`decide_quickly` would answer (no free feasible GPU, under pressure, no pair
+        that may pass: :meth:`_waits`), from this cycle's feasible GPUs for the request's shape on this
+        cluster version (``Feasible``, built by an earlier decision), without building the decision."""
         if type(self).decide_quickly is not Horus.decide_quickly or req.n_gpus == 0 or req.gpu_units > 0:
             return None
         c = state.classes.ids.get(req.job_class)
@@ -237,12 +237,11 @@ class Horus(Policy):
             return None
         if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
             return None
+        if type(self)._class_tests is not Horus._class_tests or self.pairs is None:
+            return None
         cache, shape = self._feasible_cache(state, req, ctx)
         feasible = cache.get(shape)
         if feasible is None:
-            return None
-        least = feasible.memo.get(("horus-waits", id(self), c))
-        if least is None or req.expected_duration() < least:
             return None
         if len(feasible.idx) < req.n_gpus or feasible.first_free >= 0:
             return None
@@ -250,41 +249,61 @@ class Horus(Policy):
             return None
         if req.n_gpus <= state.n_free and ctx.waiting_gpus <= state.n_free:  # no pressure: the free-GPU rule
             return None
+        cycle = Cycle(state, req, ctx, c)
+        cycle.feasible, cycle.idx = feasible, feasible.idx
+        if not self._waits(cycle, feasible):
+            return None
         return "no free GPU and no pair predicted worth sharing"
 
-    def _waits(self, cycle, feasible):
-        """(waits, may): with no free feasible GPU, under pressure, whether no GPU can pass the pair
-        test (the job waits, whatever its size), and :meth:`_may_pair` (None when not computed).
+    def _waits(self, cycle, feasible) -> bool:
+        """With no free feasible GPU, under pressure: whether no GPU can pass the pair test (the job
+        waits, whatever its size): its expected duration E_a is not below its class's share limit
+        (:meth:`_share_limit`), with a margin (``RATIO_EPS``)."""
+        limit = self._share_limit(cycle, feasible, self._class_tests(cycle))
+        return cycle.req.expected_duration() * (1.0 - RATIO_EPS) >= limit
 
-        Kept per class for the cycle's decisions on this cluster version (``Feasible.memo``): the
-        least expected duration E_a found to wait. A longer job of the class waits too: its gain
-        (benefit over E_a + e_b) falls as E_a grows (it ends last: ``(T_seq − T_con)`` is constant in
-        E_a over a resident's time e_b·k, k = 1 − (1 − ½t_a)/t_b; it ends first: the gain's slope is
-        −e_b·(1 − ½t_b)/t_a/(E_a + e_b)², negative while t_b < 2), except where it ends last and k < 0,
-        where the benefit is negative whatever E_a. Recorded only where that holds beyond rounding
-        (every candidate's t_b < 2, and k ≥ 0 or k ≤ −1e-6 for the classes of the ``> 0`` test)."""
+    def _share_limit(self, cycle, feasible, tests) -> float:
+        """The E_a below which a job of the cycle's class may pass :meth:`_pair_ok` on some feasible
+        GPU (inf: any may; 0: none). Per resident class k present on the feasible GPUs, with e_b the
+        greatest remaining time among its residents (``max(end − now, 1)``): where the class tests
+        pass (``ok_c``), SJF-BSBF's benefit > 0 holds exactly for e_b > ρ₀·E_a, and where the
+        short-next-to-long exception's do (``bsbf_c``), gain ≥ ``bsbf_gain`` for e_b > ρ_g·E_a
+        (:func:`~.sjf_bsbf.share_ratio`, kept per pair of classes by :class:`~.sjf_bsbf.ShareRatios`):
+        the limit is the largest e_b / ρ. Without the benefit test the class tests alone decide (inf),
+        and so they do with ``bsbf_gain`` ≥ ½ (no threshold form). Kept in ``Feasible.memo`` per class,
+        time and class tests."""
         c = cycle.class_id
-        e_a = cycle.req.expected_duration()
-        key = ("horus-waits", id(self), c)
-        least = feasible.memo.get(key)
-        if least is not None and e_a >= least:
-            return True, None
-        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
-        may = self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
-        if may.any():
-            return False, may
+        key = ("horus-limit", id(self), c, cycle.ctx.now)
+        found = feasible.memo.get(key)
+        if found is not None and found[0] is tests:
+            return found[1]
+        jt, _rt, ok_c, bsbf_c, _value = tests
         n = len(jt) - 1
-        k = np.flatnonzero((ok_c[:n] | bsbf_c[:n]) & feasible.remaining(n, cycle.ctx.now)[1])
-        monotone = True
-        if len(k) and self.require_benefit:
-            ta, tb = np.maximum(jt[k], 1e-9), np.maximum(rt[k], 1e-9)
-            coef = 1.0 - (1.0 - 0.5 * ta) / tb
-            monotone = bool((tb < 2.0).all() and not (ok_c[k] & (coef < 0) & (coef > -1e-6)).any())
-        elif len(k):
-            monotone = bool((rt[k] < 2.0).all())
-        if monotone and (least is None or e_a < least):
-            feasible.memo[key] = e_a
-        return True, may
+        e_b, present = feasible.remaining(n, cycle.ctx.now)
+        limit = 0.0
+        passing = ok_c[:n] & present
+        if passing.any():
+            limit = self._limit_over(cycle, c, 0.0, passing, e_b[1]) if self.require_benefit else np.inf
+        if self.bsbf_gain > 0:
+            short = bsbf_c[:n] & present
+            if short.any():
+                limit = max(limit, self._limit_over(cycle, c, self.bsbf_gain, short, e_b[1])
+                            if self.bsbf_gain < 0.5 else np.inf)
+        feasible.memo[key] = (tests, limit)
+        return limit
+
+    def _limit_over(self, cycle, c, gain, classes, e_max) -> float:
+        """The largest e_b / ρ (at ``gain``) over the resident ``classes`` (a mask); inf where some
+        ρ < RATIO_MIN."""
+        kept = self.__dict__.setdefault("_share_ratios", {})
+        ratios = kept.get(gain)
+        if ratios is None:
+            ratios = kept[gain] = ShareRatios(gain)
+        rho = ratios.matrix(self.pairs, cycle.state.gpu_types[0])[c][classes]
+        if (rho < RATIO_MIN).any():
+            return np.inf
+        with np.errstate(divide="ignore"):
+            return float((e_max[classes] / rho).max())  # ρ = inf: the pair does not fit, 0
 
     def _may_pair(self, cycle, feasible, jt, rt, ok_c, bsbf_c):
         """Per resident class (the trailing entry, a free GPU: False): whether some feasible GPU

@@ -60,26 +60,86 @@ def pair_benefit(e_a, e_b, tput_a, tput_b):
     return t_seq - t_con
 
 
-def share_ratio(t_a: float, t_b: float, speed: float = 1.0) -> float:
-    """ρ such that ``T_con < T_seq`` holds exactly when the partner's remaining time e_b > ρ·E_a
-    (t_a, t_b > 0, 0 < speed ≤ 1, the job's exclusive time in T_con E_a / speed).
+def share_ratio(t_a: float, t_b: float, speed: float = 1.0, gain: float = 0.0) -> float:
+    """ρ such that ``T_seq − T_con ≥ gain·(E_a + e_b)`` holds exactly when the partner's remaining
+    time e_b > ρ·E_a (t_a, t_b > 0, 0 < speed ≤ 1, 0 ≤ gain < ½; the job's exclusive time in T_con
+    E_a / speed, in T_seq E_a). gain = 0 is SJF-BSBF's test T_con < T_seq; horus also asks
+    ``gain ≥ bsbf_gain`` of a short job next to a long one.
 
-    T_seq − T_con is continuous and piecewise linear in e_b, 0 or negative at e_b = 0
-    (−½E_a(1/speed − 1)), in two pieces split at e_b = β·E_a, β = t_b / (speed·t_a):
-    - the job ends last (e_b ≤ β·E_a): slope (t_b − 1 + ½t_a) / t_b;
-    - the partner ends last (e_b ≥ β·E_a): slope ½, zero at ρ₂·E_a, ρ₂ = (2 − t_b) / (speed·t_a) − 1.
+    F = T_seq − T_con − gain·(E_a + e_b) is continuous and piecewise linear in e_b, negative or 0 at
+    e_b = 0 (−E_a·(½(1/speed − 1) + gain)), in two pieces split at e_b = β·E_a, β = t_b / (speed·t_a):
+    - the job ends last (e_b ≤ β·E_a): slope σ − gain, σ = (t_b − 1 + ½t_a) / t_b;
+    - the partner ends last (e_b ≥ β·E_a): slope ½ − gain > 0, zero at ρ₂·E_a,
+      ρ₂ = ((1 − ½t_b) / (speed·t_a) + gain − ½) / (½ − gain).
     If ρ₂ ≥ β the first piece stays at or below 0 and the threshold is ρ₂; otherwise the first piece
-    rises through 0 at ρ₁·E_a, ρ₁ = ½(1/speed − 1)·t_b / (t_b − 1 + ½t_a) (0 when speed = 1). So
-    sharing beats waiting above one threshold, linear in E_a: a job that waits for a partner waits
+    rises through 0 at ρ₁·E_a, ρ₁ = (½(1/speed − 1) + gain) / (σ − gain) (0 when speed = 1 and gain
+    = 0). So the test passes above one threshold, linear in E_a: a job that waits for a partner waits
     for it while the partner's remaining time shrinks, and a longer job of the class waits too."""
     t_a = max(t_a, 1e-9)  # as pair_times
     t_b = max(t_b, 1e-9)
     beta = t_b / (speed * t_a)
-    rho2 = (2.0 - t_b) / (speed * t_a) - 1.0
-    rising = t_b - 1.0 + 0.5 * t_a
+    rho2 = ((1.0 - 0.5 * t_b) / (speed * t_a) + gain - 0.5) / (0.5 - gain)
+    rising = (t_b - 1.0 + 0.5 * t_a) / t_b - gain
     if rho2 >= beta or rising <= 0:
         return rho2
-    return 0.5 * (1.0 / speed - 1.0) * t_b / rising
+    return (0.5 * (1.0 / speed - 1.0) + gain) / rising
+
+
+class ShareRatios:
+    """ρ[c, k] (:func:`share_ratio` at ``gain``) for every pair of classes a PairTable knows on one
+    GPU type: the least ρ with which a job of class c may join a job of class k running alone — the
+    pair's when it fits (t_c,k > 0), else the least over c's sub-batched variants that fit
+    (``variants(c)``: their class ids and speeds); inf when none may; −inf (any E_a may) where such a
+    variant is faster than the job as submitted (the threshold form does not hold), or not slower by
+    more than RATIO_MIN without being as fast. Kept in step with the table: a measured pair
+    recomputes the cells it touches (``PairTable.changes_since``)."""
+
+    def __init__(self, gain: float = 0.0):
+        self.gain = gain
+        self._kept: Dict[str, tuple] = {}  # gpu_type -> (matrix, n_observations, ρ, variant users)
+
+    def matrix(self, pairs, gpu_type: str, variants=None) -> np.ndarray:
+        mat = pairs.matrix(gpu_type)
+        n = len(mat)
+        found = self._kept.get(gpu_type)
+        if found is not None and found[0] is mat and len(found[2]) == n:
+            _mat, seen, rho, users = found
+            if seen == pairs.n_observations:
+                return rho
+            changes = pairs.changes_since(seen)
+            if changes is not None:
+                for t, a, b in changes:
+                    if t == gpu_type:
+                        cells = {(a, b), (b, a)}  # the pair, either way round, and where a or b is a variant
+                        cells.update((c, b) for c in users.get(a, ()))
+                        cells.update((c, a) for c in users.get(b, ()))
+                        for c, k in cells:
+                            rho[c, k] = self._cell(mat, c, k, variants)
+                self._kept[gpu_type] = (mat, pairs.n_observations, rho, users)
+                return rho
+        rho = np.array([[self._cell(mat, c, k, variants) for k in range(n)] for c in range(n)]).reshape(n, n)
+        users: Dict[int, list] = {}  # variant class id -> the classes it is a sub-batched variant of
+        if variants is not None:
+            for c in range(n):
+                for v in variants(c)[0]:
+                    users.setdefault(int(v), []).append(c)
+        self._kept[gpu_type] = (mat, pairs.n_observations, rho, users)
+        return rho
+
+    def _cell(self, mat, c, k, variants) -> float:
+        mine = mat.item(c, k)
+        if mine > 0:
+            return share_ratio(mine, mat.item(k, c), 1.0, self.gain)
+        rho = math.inf
+        if variants is not None:
+            ids, speeds = variants(c)
+            for v, speed in zip(ids.tolist(), speeds.tolist()):
+                t_a, t_b = mat.item(v, k), mat.item(k, v)
+                if t_a > 0 and t_b > 0 and speed > 0:
+                    if 1 - RATIO_MIN <= speed and speed != 1.0:
+                        return -math.inf
+                    rho = min(rho, share_ratio(t_a, t_b, speed, self.gain))
+        return rho
 
 
 # margins of the threshold test (:meth:`SJFBSBF._may_share`), far above rounding (1e-16), far below any
@@ -247,7 +307,7 @@ class SJFBSBF(SJFMixin, Policy):
             resident = feasible.resident
             busy = resident >= 0
             found = np.full(len(feasible.idx), np.inf)
-            r = self._ratio_matrix(gpu_type, mat, False, state.classes)[c][resident[busy]]
+            r = self._ratio_matrix(gpu_type, False, state.classes)[c][resident[busy]]
             with np.errstate(divide="ignore"):
                 limits = np.maximum(state.gpu_end0[feasible.idx[busy]] - now, 1.0) / r
             limits[r < RATIO_MIN] = np.inf
@@ -276,7 +336,7 @@ class SJFBSBF(SJFMixin, Policy):
         key = ("bsbf-limits", id(self), sub, now, len(mat), self.pairs.n_observations)
         found = feasible.memo.get(key)
         if found is None:
-            rho = self._ratio_matrix(gpu_type, mat, sub, state.classes)
+            rho = self._ratio_matrix(gpu_type, sub, state.classes)
             lo, hi = feasible.end_range(len(mat))
             k = np.flatnonzero(hi >= lo)
             if len(k) == 0:
@@ -289,55 +349,15 @@ class SJFBSBF(SJFMixin, Policy):
             feasible.memo[key] = found
         return found
 
-    def _ratio_matrix(self, gpu_type, mat, sub, classes) -> np.ndarray:
-        """ρ[c, k] (:meth:`_ratio`) for every pair of known classes. Kept until the pair table
-        changes: a measured pair recomputes the cells it touches (``PairTable.changes_since``)."""
-        cache = self.__dict__.setdefault("_ratio_cache", {})
-        found = cache.get((gpu_type, sub))
-        n = len(mat)
-        if found is not None and found[0] is mat and len(found[2]) == n:
-            _mat, seen, rho, users = found
-            if seen == self.pairs.n_observations:
-                return rho
-            changes = self.pairs.changes_since(seen)
-            if changes is not None:
-                for t, a, b in changes:
-                    if t == gpu_type:
-                        cells = {(a, b), (b, a)}  # the pair, either way round, and where a or b is a variant
-                        cells.update((c, b) for c in users.get(a, ()))
-                        cells.update((c, a) for c in users.get(b, ()))
-                        for c, k in cells:
-                            rho[c, k] = self._ratio(gpu_type, mat, c, k, sub, classes)
-                cache[(gpu_type, sub)] = (mat, self.pairs.n_observations, rho, users)
-                return rho
-        rho = np.array([[self._ratio(gpu_type, mat, c, k, sub, classes) for k in range(n)] for c in range(n)])
-        users: Dict[int, list] = {}  # variant class id -> the classes it is a sub-batched variant of
-        if sub:
-            for c in range(n):
-                for v in self._variant_speeds(classes.names[c], gpu_type, classes)[0]:
-                    users.setdefault(int(v), []).append(c)
-        cache[(gpu_type, sub)] = (mat, self.pairs.n_observations, rho, users)
-        return rho
-
-    def _ratio(self, gpu_type, mat, c, k, sub, classes) -> float:
-        """The least ρ (:func:`share_ratio`) with which a job of class c may join a job of class k
-        running alone: the pair's when it fits (t_c,k > 0), else (``sub``) the least over c's
-        sub-batched variants that fit; inf when none may; −inf (any E_a may share) where such a
-        variant is faster than the job as submitted (the threshold form does not hold), or not
-        slower by more than RATIO_MIN without being as fast."""
-        mine = mat.item(c, k)
-        if mine > 0:
-            return share_ratio(mine, mat.item(k, c))
-        rho = math.inf
-        if sub:
-            ids, speeds = self._variant_speeds(classes.names[c], gpu_type, classes)
-            for v, speed in zip(ids.tolist(), speeds.tolist()):
-                t_a, t_b = mat.item(v, k), mat.item(k, v)
-                if t_a > 0 and t_b > 0 and speed > 0:
-                    if 1 - RATIO_MIN <= speed and speed != 1.0:
-                        return -math.inf
-                    rho = min(rho, share_ratio(t_a, t_b, speed))
-        return rho
+    def _ratio_matrix(self, gpu_type, sub, classes) -> np.ndarray:
+        """ρ[c, k] (:class:`ShareRatios`): with ``sub``, a pair that does not fit takes its
+        sub-batched variants' ρ."""
+        kept = self.__dict__.setdefault("_share_ratios", {})
+        ratios = kept.get(sub)
+        if ratios is None:
+            ratios = kept[sub] = ShareRatios()
+        variants = (lambda c: self._variant_speeds(classes.names[c], gpu_type, classes)) if sub else None
+        return ratios.matrix(self.pairs, gpu_type, variants)
 
     def _variant_speeds(self, job_class, gpu_type, classes):
         """The sub-batched variants of ``job_class`` with a known speed: their class ids and speeds
