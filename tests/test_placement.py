@@ -782,6 +782,42 @@ def test_sjf_bsbf_share_ratios_follow_the_pairs_it_measures():
     assert len(table.changes_since(table.n_observations - 3)) == 3
 
 
+def test_horus_class_tests_kept_across_measurements_are_computed_afresh_ones():
+    """horus keeps its per-class tests across cycles and measured pairs (a measurement drops the two
+    classes' entries; the window's best partners are in the key): they always equal the tests of a
+    policy that never kept any, with and without a window, the known-pair threshold included."""
+    from slurm_horus.placement.framework import Cycle
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(41)
+    classes = [f"k{i}" for i in range(6)]
+    values = {(a, b): float(rng.choice([0.3, 0.5, 0.6, 0.7, 0.9])) for a in classes for b in classes}
+    state = cluster(1, 4)
+    for c in classes:
+        state.classes.id(c)
+    table = PairTable(TablePredictor(values), state.classes)
+    policy = Horus(table, partner_slack=0.0)  # every change of a best partner shows in the tests
+    compared = 0
+    for step in range(60):
+        ctx = SchedulingContext(100.0 + step, 10, 10)
+        if step % 3:  # mostly one window: its best partners change as its classes' pairs are measured
+            ctx.extra["window"] = [state.classes.id(str(c)) for c in (("k0", "k1") if step % 5 else rng.choice(classes, 2))]
+        fresh_ctx = SchedulingContext(ctx.now, 10, 10)
+        fresh_ctx.extra.update({k: v for k, v in ctx.extra.items() if k == "window"})
+        fresh = Horus(table, partner_slack=0.0)
+        for c in classes:
+            req = JobRequest("n", c, predicted_duration=100.0)
+            kept = policy._class_tests(Cycle(state, req, ctx, state.classes.id(c)))
+            again = fresh._class_tests(Cycle(state, req, fresh_ctx, state.classes.id(c)))
+            assert all(np.array_equal(x, y) for x, y in zip(kept, again)), (step, c)
+            compared += 1
+        for _ in range(int(rng.choice([0, 1, 2]))):
+            a, b = rng.choice(classes[:2], 1)[0], rng.choice(classes)
+            a, b = (a, b) if rng.random() < 0.5 else (b, a)
+            policy.observe("v100", str(a), str(b), float(rng.choice([0.2, 0.55, 0.8, 1.0])))
+    assert compared == 360 and table.n_observations > 20
+
+
 @pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0}, {"score_rule": "combined"}])
 def test_horus_longer_jobs_of_a_class_that_waited_wait_like_the_pipeline(options):
     """Within a cycle (one cluster version) horus keeps, per class, the least expected duration that

@@ -52,6 +52,9 @@ from .fgd import _sigmoid_score as _fgd_score
 from .sjf_bsbf import PAIR_EPS, RATIO_EPS, RATIO_MIN, ShareRatios, pair_benefit
 
 
+TESTS_KEPT = 4096  # class tests kept across cycles (class × window × its best partners) before starting over
+
+
 class Horus(Policy):
     name = "horus"
     share = True
@@ -411,31 +414,43 @@ class Horus(Policy):
         """Per resident class (trailing entry: a free GPU): the job's and the resident's predicted
         throughputs, the class-level tests (``ok_c``: combined, known-pair threshold, min_tput,
         window; ``bsbf_c``: the short-next-to-long exception's class part) and the score of a
-        qualifying GPU (a free GPU's: ``free_score``). Kept from cycle to cycle until the pair table
-        learns something: they depend on the class, the table and the set of window classes only."""
+        qualifying GPU (a free GPU's: ``free_score``). Kept from cycle to cycle: they depend on the
+        class, its row and column of the pair table (a measured pair drops the two classes' entries,
+        ``PairTable.changes_since``) and the window's best partners (their values are in the key)."""
         state = cycle.state
-        c = cycle.class_id
         gpu_type = state.gpu_types[0]
         mat = self.pairs.matrix(gpu_type)
-        cache = self.__dict__.get("_tests_cache")
-        if cache is None or cache[0] is not mat or cache[1] != (gpu_type, len(mat), self.pairs.n_observations):
-            cache = self._tests_cache = (mat, (gpu_type, len(mat), self.pairs.n_observations), {})
+        n_obs = self.pairs.n_observations
         extra = cycle.ctx.extra
         window = extra.get("window")
-        seen = extra.get("_window_key")
-        if seen is None or seen[0] is not window:
-            seen = extra["_window_key"] = (window, frozenset(window) if window is not None and len(window) else None)
-        # the window's best partners are computed once per cycle (:meth:`_partner_by_class`): the
-        # tests depend on the table as it was then
-        at = None
-        if seen[1] is not None:
-            best = extra.get("_best_partner", {}).get((id(self), gpu_type))
-            at = extra.get(("_best_partner_at", id(self), gpu_type)) if best is not None and len(best) == len(mat) + 1 \
-                else self.pairs.n_observations
-        key = (c, seen[1], at)
-        found = cache[2].get(key)
+        at = extra.get(("_tests_at", id(self)))  # what this cycle's earlier calls found
+        if at is None or at[0] is not mat or at[1] != n_obs or at[2] is not window:
+            cache = self.__dict__.get("_tests_cache")
+            if cache is None or cache[0] is not mat or cache[1] != (gpu_type, len(mat)):
+                cache = self._tests_cache = [mat, (gpu_type, len(mat)), n_obs, {}]
+            elif cache[2] != n_obs:
+                changes = self.pairs.changes_since(cache[2])
+                if changes is None:
+                    cache[3] = {}
+                else:
+                    touched = {x for t, a, b in changes if t == gpu_type for x in (a, b)}
+                    if touched:
+                        cache[3] = {key: found for key, found in cache[3].items() if key[0] not in touched}
+                cache[2] = n_obs
+            if len(cache[3]) > TESTS_KEPT:
+                cache[3] = {}
+            classes = frozenset(window) if window is not None and len(window) else None
+            # the window's best partners are computed once per cycle (:meth:`_partner_by_class`)
+            partners = None
+            if classes is not None:
+                self._partner_by_class(cycle, window)
+                partners = extra[("_best_partner_key", id(self), gpu_type)]
+            at = extra[("_tests_at", id(self))] = (mat, n_obs, window, (classes, partners), cache[3])
+        tests = at[4]
+        key = (cycle.class_id,) + at[3]
+        found = tests.get(key)
         if found is None:
-            found = cache[2][key] = self._compute_class_tests(cycle, c, mat)
+            found = tests[key] = self._compute_class_tests(cycle, cycle.class_id, mat)
             for array in found:
                 array.flags.writeable = False  # shared by the decisions
         return found
@@ -487,7 +502,7 @@ class Horus(Policy):
             # trailing 0: a free GPU (resident -1) has no partner to keep it for
             best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
             cache[(id(self), name)] = best
-            cycle.ctx.extra[("_best_partner_at", id(self), name)] = self.pairs.n_observations
+            cycle.ctx.extra[("_best_partner_key", id(self), name)] = best.tobytes()  # its values
         return best
 
     def _best_partner(self, cycle, window):
