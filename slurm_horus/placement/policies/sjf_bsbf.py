@@ -280,6 +280,8 @@ class SJFBSBF(SJFMixin, Policy):
             if feasible.first_free >= 0 or self._may_share_at(state, feasible, c, req, now):
                 return None
             return WAIT_REASON
+        if feasible.first_free >= 0 and int(np.count_nonzero(state.node_free >= req.gpus_per_node)) >= req.nodes:
+            return None  # free GPUs may be enough: the pipeline (the test below would cost as much)
         limits = self._gpu_limits(state, feasible, c, now)
         e_a = req.expected_duration()
         may = limits > e_a * (1.0 - RATIO_EPS)
