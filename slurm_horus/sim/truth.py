@@ -40,6 +40,7 @@ class Truth:
         # (gpu type, class, GPUs) -> (steps/s in one server, spread over servers); Gavel's by default
         self.scaling = builtin_scaling() if scaling is None else dict(scaling)
         self.missing = missing
+        self._sets: Dict[tuple, List[float]] = {}  # set_tputs per (gpu type, classes): the truth is fixed
         self.constant = constant  # every pair has this value (the no-interference / infeasible truths)
         self.pairs: Dict[tuple, float] = {}
         seen: List[str] = []
@@ -61,15 +62,23 @@ class Truth:
         return self.pairs.get((gpu_type, target, corunner), self.missing)
 
     def set_tputs(self, classes: Sequence[str], gpu_type: str) -> List[float]:
-        """True normalized throughput of each job of a set sharing one GPU."""
+        """True normalized throughput of each job of a set sharing one GPU (kept per set: the
+        simulator asks for every GPU of a job at every start and end next to it)."""
         n = len(classes)
         if n == 1:
             return [1.0]
+        key = (gpu_type, tuple(classes))
+        found = self._sets.get(key)
+        if found is not None:
+            return found
         if n == 2:
             a, b = classes
-            return [min(1.0, self.pair(gpu_type, a, b)), min(1.0, self.pair(gpu_type, b, a))]
-        return [compose_norm_tputs([self.pair(gpu_type, c, o) for j, o in enumerate(classes) if j != i])
-                for i, c in enumerate(classes)]
+            found = [min(1.0, self.pair(gpu_type, a, b)), min(1.0, self.pair(gpu_type, b, a))]
+        else:
+            found = [compose_norm_tputs([self.pair(gpu_type, c, o) for j, o in enumerate(classes) if j != i])
+                     for i, c in enumerate(classes)]
+        self._sets[key] = found
+        return found
 
     def spread_factor(self, job_class: str, gpu_type: str, n_gpus: int) -> float:
         """Throughput of a ``n_gpus`` job spread over servers / the same job in one server (≤ 1)."""
