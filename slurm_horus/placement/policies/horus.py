@@ -162,10 +162,11 @@ class Horus(Policy):
         the GPU :meth:`select` takes (the first of the highest score) is found by testing the pairs of
         the best-valued resident class first: the SJF-BSBF benefit, the only per-GPU test, is then
         computed on a few hundred GPUs instead of thousands. When that class has no qualifying GPU,
-        all the classes that could still beat a free GPU are tested at once. Classes none of whose
-        GPUs can pass the benefit test (:meth:`_may_pair`, from their least and greatest expected
-        end) are left out, and with no free GPU and no such class the job waits at once, whatever
-        its size. Held equal to the pipeline by tests/test_placement.py."""
+        all the classes that could still beat a free GPU are tested at once. With no free GPU, a job
+        whose expected duration is not below its class's share limit waits at once, whatever its
+        size (:meth:`_waits`); otherwise the classes none of whose GPUs can pass the benefit test
+        (:meth:`_may_pair`, from their least and greatest expected end) are left out. Held equal to
+        the pipeline by tests/test_placement.py."""
         state, req = cycle.state, cycle.req
         if len(state.gpu_types) != 1 or self.min_tput <= 0:
             return None  # (min_tput > 0: a qualifying pair never has a predicted 0, masked later)
