@@ -309,16 +309,17 @@ def test_pending_queue_counts_request_shapes_through_retimes_and_removals():
         assert queue._shapes == {} and queue._shape_ids == {}
 
 
-@pytest.mark.parametrize("rule", ["horus", "sjf-bsbf"])
+@pytest.mark.parametrize("rule", ["horus", "sjf-bsbf", "iasp-iapp"])
 def test_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them(rule):
-    """horus and sjf-bsbf answer some waits without deciding (``wait_reason``: horus, a longer job of
-    a class that had to wait on this cluster version; sjf-bsbf, the share limits of the feasible GPUs
-    the cycle's earlier decisions found): the cycle must start the same jobs, count the same decisions
-    and give the same reasons as one that asks every job."""
+    """horus, sjf-bsbf and iasp-iapp answer some waits without deciding (``wait_reason``, from the
+    feasible GPUs the cycle's earlier decisions found: the share limits of the job's class; iasp-iapp,
+    too few nodes with GPUs the class may use): the cycle must start the same jobs, count the same
+    decisions and give the same reasons as one that asks every job."""
     import numpy as np
 
     from slurm_horus.placement import PairTable
     from slurm_horus.placement.policies.horus import Horus
+    from slurm_horus.placement.policies.iasp_iapp import IaspIapp
     from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
     from test_placement import TablePredictor
 
@@ -326,13 +327,13 @@ def test_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them(rul
     classes = [f"k{i}" for i in range(4)]
     answered = 0
     for trial in range(40):
-        tputs = [0.375, 0.5, 0.625, 0.75, 0.875] + ([0.0, 0.3, 0.45] if rule == "sjf-bsbf" else [])
+        tputs = [0.375, 0.5, 0.625, 0.75, 0.875] + ([0.0, 0.3, 0.45] if rule != "horus" else [])
         values = {(a, b): float(rng.choice(tputs)) for a in classes for b in classes}
         runs = []
         for known in (True, False):
             state = cluster(nodes=3, gpus=2)
             table = PairTable(TablePredictor(values), state.classes)
-            policy = Horus(table) if rule == "horus" else SJFBSBF(table)
+            policy = {"horus": Horus, "sjf-bsbf": SJFBSBF, "iasp-iapp": IaspIapp}[rule](table)
             if not known:
                 policy.wait_reason = lambda *a: None
             for g in range(6):

@@ -754,6 +754,46 @@ def test_sjf_bsbf_quick_waits_of_multi_gpu_jobs_are_the_pipelines():
             (False, "no GPU qualifies under this policy")} <= seen and any(p for p, _ in seen), seen
 
 
+def test_iasp_iapp_quick_waits_are_the_pipelines():
+    """iasp-iapp answers 'wait' at once when fewer nodes than the job asks have ``gpus_per_node``
+    GPUs it may use (free, or one resident next to which its predicted performance is at least
+    ``min_tput``): the same decision as the pipeline, and the cycle's ``wait_reason`` the same reason,
+    over random clusters, geometries, partitions and measured pairs."""
+    from slurm_horus.placement.policies.iasp_iapp import IaspIapp
+
+    rng = np.random.default_rng(43)
+    classes = [f"k{i}" for i in range(5)]
+    answered = {"quick": 0, "pipeline": 0}
+    seen = set()
+    for trial in range(60):
+        values = {(a, b): float(rng.choice([0.0, 0.3, 0.45, 0.5, 0.6, 0.8, 0.95])) for a in classes for b in classes}
+        state = cluster(5, 4, partitions=("p",) if trial % 3 else ("p", "q"))
+        policy = IaspIapp(PairTable(TablePredictor(values), state.classes))
+        if trial % 4 == 0:
+            policy.observe("v100", "k0", "k1", 0.55)
+        for g in rng.permutation(20)[:int(rng.integers(8, 21))]:
+            state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (int(g),), 0.0, 500.0,
+                                   exclusive=bool(rng.random() < 0.1)))
+        ctx = SchedulingContext(100.0, 30, 30)
+        for k in range(10):
+            per_node, nodes = [(1, 1), (1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (4, 2)][int(rng.integers(0, 7))]
+            req = JobRequest(f"n{k}", str(rng.choice(classes)), gpus_per_node=per_node, nodes=nodes,
+                             partition=str(rng.choice(["", "p", "q"])))
+            calls = []
+            policy._fill_predictions = lambda *a, _o=policy._fill_predictions: (calls.append(1), _o(*a))[1]
+            answer = policy.decide(state, req, ctx)
+            del policy._fill_predictions
+            known = policy.wait_reason(state, req, ctx)
+            full = policy.decide(state, req, ctx, explain=True)
+            full.candidates = []
+            assert answer.to_dict() == full.to_dict(), (trial, k)
+            assert known is None or (not full.placed and known == full.reason), (trial, k, known, full.reason)
+            answered["pipeline" if calls else "quick"] += 1
+            seen.add((answer.placed, nodes > 1, known is not None))
+    assert answered["quick"] > 50 and answered["pipeline"] > 50, answered
+    assert {(True, False, False), (False, False, True), (False, True, True), (True, True, False)} <= seen, seen
+
+
 def test_sjf_bsbf_share_ratios_follow_the_pairs_it_measures():
     """The ratio matrix sjf-bsbf keeps is refreshed cell by cell as pairs are measured (and the
     sub-batched variants' cells with them): it always equals one computed afresh, also after more

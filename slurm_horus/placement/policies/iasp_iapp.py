@@ -26,7 +26,8 @@ scored (the simulator charges the cross-node cost Gavel measured, see sim/truth.
 
 import numpy as np
 
-from ..framework import NEG_INF, Policy
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy
+from ..request import Decision
 
 
 class IaspIapp(Policy):
@@ -68,6 +69,50 @@ class IaspIapp(Policy):
             sel = types == t
             sim[sel] = 1.0 - mat[class_id, state.gpu_class0[occupied[sel]]]
         return sim
+
+    def decide_quickly(self, cycle):
+        """The pipeline's wait without scoring GPUs, where :meth:`_too_few_nodes` shows it. Held equal
+        to the pipeline by tests/test_placement.py."""
+        feasible = cycle.feasible
+        if feasible is None or feasible.idx is not cycle.idx:
+            feasible = Feasible(cycle.state, np.array(cycle.idx))
+        if not self._too_few_nodes(cycle.state, feasible, cycle.class_id, cycle.req):
+            return None
+        return Decision(cycle.req.job_id, False, self.name, reason=NO_QUALIFYING_GPU, n_feasible=len(cycle.idx))
+
+    def wait_reason(self, state, req, ctx):
+        """The wait :meth:`decide_quickly` would answer, from this cycle's feasible GPUs for the
+        request's shape on this cluster version (``Feasible``, built by an earlier decision)."""
+        if req.n_gpus == 0 or type(self)._feasible is not Policy._feasible:
+            return None
+        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
+            return None
+        c = state.classes.ids.get(req.job_class)
+        if c is None:
+            return None
+        cache, shape = self._feasible_cache(state, req, ctx)
+        feasible = cache.get(shape)
+        if feasible is None or len(feasible.idx) < req.n_gpus or not self._too_few_nodes(state, feasible, c, req):
+            return None
+        return NO_QUALIFYING_GPU
+
+    def _too_few_nodes(self, state, feasible, c, req) -> bool:
+        """Whether fewer nodes than the job asks have ``gpus_per_node`` GPUs it may use (free, or
+        running one job next to which its predicted performance is at least ``min_tput``): then
+        :meth:`select` finds no candidate and the job waits. One GPU type, whole GPUs; the count per
+        node is kept per class for this cluster version (``Feasible.memo``)."""
+        if self.pairs is None or req.gpu_units > 0 or len(state.gpu_types) != 1 or type(self).score_gpus \
+                is not IaspIapp.score_gpus or type(self)._fill_predictions is not Policy._fill_predictions:
+            return False
+        mat = self.pairs.matrix(state.gpu_types[0])
+        key = ("iasp-usable", c, len(mat), self.pairs.n_observations)
+        usable = feasible.memo.get(key)
+        if usable is None:
+            row = mat[c]
+            ok = np.append((row > 0) & (row >= self.min_tput), True)  # trailing: a free GPU (-1)
+            usable = feasible.memo[key] = np.bincount(state.gpu_node[feasible.idx[ok[feasible.resident]]],
+                                                      minlength=len(state.nodes))
+        return int(np.count_nonzero(usable >= req.gpus_per_node)) < req.nodes
 
     def score_gpus(self, cycle):
         """IAPP's predicted performance of the job on each feasible GPU."""
