@@ -237,6 +237,18 @@ class Policy:
                  req.cpu_milli, req.memory_mib, req.gpu_units, req.mem_mb, req.exclusive)
         return cache[1], shape
 
+    def cycle_feasible(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> Optional[Feasible]:
+        """What :meth:`wait_reason` reads: the feasible GPUs an earlier decision of this cycle found for
+        ``req``'s shape on this cluster version, when the decision's class is known and it asks for at
+        least as many GPUs as there are (None: no such decision yet, the class is new, too few GPUs,
+        or the policy filters on its own)."""
+        if type(self)._feasible is not Policy._feasible or type(self).filter_gpus is not Policy.filter_gpus \
+                or type(self).partitions_of is not Policy.partitions_of or req.job_class not in state.classes.ids:
+            return None
+        cache, shape = self._feasible_cache(state, req, ctx)
+        feasible = cache.get(shape)
+        return feasible if feasible is not None and len(feasible.idx) >= req.n_gpus else None
+
     def wait_reason(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> Optional[str]:
         """Why ``req`` must wait, when the policy already knows it from this cycle's earlier decisions
         on this cluster version (the reason :meth:`decide` would give); None: ask :meth:`decide`.

@@ -236,19 +236,13 @@ class Horus(Policy):
         cluster version (``Feasible``, built by an earlier decision), without building the decision."""
         if type(self).decide_quickly is not Horus.decide_quickly or req.n_gpus == 0 or req.gpu_units > 0:
             return None
-        c = state.classes.ids.get(req.job_class)
-        if c is None or len(state.gpu_types) != 1 or self.min_tput <= 0 or type(self)._feasible is not Policy._feasible:
+        if len(state.gpu_types) != 1 or self.min_tput <= 0 or type(self)._class_tests is not Horus._class_tests \
+                or self.pairs is None:
             return None
-        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
+        feasible = self.cycle_feasible(state, req, ctx)
+        if feasible is None or feasible.first_free >= 0:
             return None
-        if type(self)._class_tests is not Horus._class_tests or self.pairs is None:
-            return None
-        cache, shape = self._feasible_cache(state, req, ctx)
-        feasible = cache.get(shape)
-        if feasible is None:
-            return None
-        if len(feasible.idx) < req.n_gpus or feasible.first_free >= 0:
-            return None
+        c = state.classes.ids[req.job_class]
         if req.exclusive and self._fractional_workload():
             return None
         if req.n_gpus <= state.n_free and ctx.waiting_gpus <= state.n_free:  # no pressure: the free-GPU rule

@@ -83,16 +83,8 @@ class IaspIapp(Policy):
     def wait_reason(self, state, req, ctx):
         """The wait :meth:`decide_quickly` would answer, from this cycle's feasible GPUs for the
         request's shape on this cluster version (``Feasible``, built by an earlier decision)."""
-        if req.n_gpus == 0 or type(self)._feasible is not Policy._feasible:
-            return None
-        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
-            return None
-        c = state.classes.ids.get(req.job_class)
-        if c is None:
-            return None
-        cache, shape = self._feasible_cache(state, req, ctx)
-        feasible = cache.get(shape)
-        if feasible is None or len(feasible.idx) < req.n_gpus or not self._too_few_nodes(state, feasible, c, req):
+        feasible = self.cycle_feasible(state, req, ctx) if req.n_gpus else None
+        if feasible is None or not self._too_few_nodes(state, feasible, state.classes.ids[req.job_class], req):
             return None
         return NO_QUALIFYING_GPU
 

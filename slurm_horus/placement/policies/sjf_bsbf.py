@@ -253,20 +253,13 @@ class SJFBSBF(SJFMixin, Policy):
         """The wait :meth:`decide_quickly` would answer, from this cycle's feasible GPUs for the
         request's shape on this cluster version (``Feasible``, built by an earlier decision), without
         building the decision: most of a saturated queue waits, and the cycle asks this first."""
-        if self.pairs is None or req.n_gpus == 0 or req.gpu_units > 0 or len(state.gpu_types) != 1:
+        if self.pairs is None or req.n_gpus == 0 or req.gpu_units > 0 or len(state.gpu_types) != 1 \
+                or type(self).decide_quickly is not SJFBSBF.decide_quickly:
             return None
-        if type(self).decide_quickly is not SJFBSBF.decide_quickly or type(self)._feasible is not Policy._feasible:
+        feasible = self.cycle_feasible(state, req, ctx)
+        if feasible is None:
             return None
-        if type(self).filter_gpus is not Policy.filter_gpus or type(self).partitions_of is not Policy.partitions_of:
-            return None
-        c = state.classes.ids.get(req.job_class)
-        if c is None:
-            return None
-        cache, shape = self._feasible_cache(state, req, ctx)
-        feasible = cache.get(shape)
-        if feasible is None or len(feasible.idx) < req.n_gpus:
-            return None
-        return self._quick_wait(state, feasible, c, req, ctx.now)
+        return self._quick_wait(state, feasible, state.classes.ids[req.job_class], req, ctx.now)
 
     def _quick_wait(self, state, feasible, c, req, now) -> Optional[str]:
         """The reason the pipeline gives a job that must wait, when the share limits show it (one GPU
