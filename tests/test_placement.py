@@ -709,11 +709,18 @@ def test_share_ratio_is_the_threshold_of_the_pair_test():
     assert sides == {(True, True), (True, False), (False, True), (False, False)}
 
 
-def test_sjf_bsbf_quick_waits_of_multi_gpu_jobs_are_the_pipelines():
-    """sjf-bsbf answers a multi-GPU job 'wait' at once when fewer nodes than it asks have
-    ``gpus_per_node`` GPUs it may take (free, or a lone resident it may join by the share limits):
-    the same decision and reason as the pipeline, over random clusters with and without free GPUs,
-    geometries of one and two nodes, OOM pairs and expected ends around the thresholds."""
+@pytest.mark.parametrize("rule,options", [("sjf-bsbf", {}), ("horus", {}), ("horus", {"require_benefit": False}),
+                                          ("horus", {"bsbf_gain": 0.0}), ("horus", {"bsbf_gain": 0.6}),
+                                          ("horus", {"score_rule": "combined"})])
+def test_quick_waits_of_multi_gpu_jobs_are_the_pipelines(rule, options):
+    """sjf-bsbf and horus answer a multi-GPU job 'wait' at once when fewer nodes than it asks have
+    ``gpus_per_node`` GPUs it may take (free, or a lone resident it may join by the share limits; horus
+    without pressure: free ones only): the same decision and reason as the pipeline, and the cycle's
+    ``wait_reason`` the same reason, over random clusters with and without free GPUs, with and
+    without pressure and a window, geometries of one to three nodes, OOM pairs and expected ends
+    around the thresholds."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus import Horus
     from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
 
     rng = np.random.default_rng(31)
@@ -723,14 +730,17 @@ def test_sjf_bsbf_quick_waits_of_multi_gpu_jobs_are_the_pipelines():
     for trial in range(60):
         values = {(a, b): float(rng.choice([0.0, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0])) for a in classes for b in classes}
         state = cluster(5, 4, partitions=("p",))
-        policy = SJFBSBF(PairTable(TablePredictor(values), state.classes))
+        table = PairTable(TablePredictor(values), state.classes)
+        policy = SJFBSBF(table, **options) if rule == "sjf-bsbf" else Horus(table, **options)
         for g in rng.permutation(20)[:int(rng.integers(12, 21))]:
             state.place(RunningJob(f"r{g}", str(rng.choice(classes)), (int(g),), 0.0,
                                    float(rng.choice([50.0, 100.0, 140.0, 400.0, 3000.0, 9000.0]))))
         for g in rng.permutation(20)[:int(rng.integers(0, 4))]:
             if state.gpu_njobs[g] == 1:
                 state.place(RunningJob(f"s{g}", str(rng.choice(classes)), (int(g),), 0.0, 500.0))
-        ctx = SchedulingContext(100.0, 30, 30)
+        ctx = SchedulingContext(100.0, 30, int(rng.choice([1, 30])))  # horus: without and with pressure
+        if trial % 2:
+            ctx.extra["window"] = [state.classes.id(str(c)) for c in rng.choice(classes, 2)]
         for k in range(10):
             per_node, nodes = [(2, 1), (3, 1), (4, 1), (2, 2), (4, 2), (1, 3)][int(rng.integers(0, 6))]
             req = JobRequest(f"n{k}", str(rng.choice(classes)), gpus_per_node=per_node, nodes=nodes,
@@ -740,7 +750,8 @@ def test_sjf_bsbf_quick_waits_of_multi_gpu_jobs_are_the_pipelines():
             answer = policy.decide(state, req, ctx)
             del policy._fill_predictions
             known = policy.wait_reason(state, req, ctx)  # the cycle's question, after a decision built the GPUs
-            full = policy.decide(state, req, ctx, explain=True)
+            full = (policy.decide(state, req, ctx, explain=True) if rule == "sjf-bsbf"
+                    else Policy.decide(policy, state, req, ctx, explain=True))
             full.candidates = []
             assert answer.to_dict() == full.to_dict(), (trial, k)
             assert known is None or (not full.placed and known == full.reason), (trial, k, known, full.reason)
@@ -748,10 +759,11 @@ def test_sjf_bsbf_quick_waits_of_multi_gpu_jobs_are_the_pipelines():
                 quick["wait"] += 1
             else:
                 quick["pipeline"] += 1
-            seen.add((answer.placed, answer.reason))
+            seen.add((answer.placed, answer.reason, known is not None))
     assert quick["wait"] > 50 and quick["pipeline"] > 20, quick
-    assert {(False, "sharing would not beat waiting (SJF-BSBF rule)"),
-            (False, "no GPU qualifies under this policy")} <= seen and any(p for p, _ in seen), seen
+    waits = {reason for placed, reason, _known in seen if not placed}
+    assert "no GPU qualifies under this policy" in waits and len(waits) == 2, seen
+    assert any(p for p, _, _ in seen) and any(k for _, _, k in seen), seen
 
 
 def test_iasp_iapp_quick_waits_are_the_pipelines():

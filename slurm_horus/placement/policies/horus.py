@@ -46,7 +46,7 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..fragmentation import FragmentationModel
-from ..framework import NEG_INF, Cycle, Feasible, Policy, pressure
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, pressure
 from ..request import Decision
 from .fgd import _sigmoid_score as _fgd_score
 from .sjf_bsbf import PAIR_EPS, RATIO_EPS, RATIO_MIN, ShareRatios, pair_benefit
@@ -178,12 +178,9 @@ class Horus(Policy):
         resident = feasible.resident
         first_free = feasible.first_free
         if req.n_gpus != 1:
-            # the pipeline scores only free GPUs and qualifying pairs: with neither, it waits
-            if first_free >= 0 or (not pressure(cycle) and req.n_gpus <= state.n_free) \
-                    or not self._waits(cycle, feasible):
-                return None
-            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
-                            n_feasible=len(cycle.idx))
+            reason = self._multi_wait(cycle, feasible)
+            return None if reason is None else Decision(req.job_id, False, self.name, reason=reason,
+                                                        n_feasible=len(cycle.idx))
         if not pressure(cycle) and req.n_gpus <= state.n_free:
             cycle.notes["reason"] = "free GPUs outnumber the queue: a free GPU"
             if first_free < 0:
@@ -240,17 +237,57 @@ class Horus(Policy):
                 or self.pairs is None:
             return None
         feasible = self.cycle_feasible(state, req, ctx)
-        if feasible is None or feasible.first_free >= 0:
+        if feasible is None or (req.exclusive and self._fractional_workload()):
             return None
-        c = state.classes.ids[req.job_class]
-        if req.exclusive and self._fractional_workload():
-            return None
-        if req.n_gpus <= state.n_free and ctx.waiting_gpus <= state.n_free:  # no pressure: the free-GPU rule
-            return None
-        cycle = Cycle(state, req, ctx, c)
+        cycle = Cycle(state, req, ctx, state.classes.ids[req.job_class])
         cycle.feasible, cycle.idx = feasible, feasible.idx
+        if req.n_gpus != 1:
+            return self._multi_wait(cycle, feasible)
+        if feasible.first_free >= 0 or (req.n_gpus <= state.n_free and not pressure(cycle)):
+            return None  # (no pressure: the free-GPU rule)
         if not self._waits(cycle, feasible):
             return None
+        return "no free GPU and no pair predicted worth sharing"
+
+    def _multi_wait(self, cycle, feasible):
+        """The reason the pipeline gives a multi-GPU job that must wait, when it is known without
+        scoring the GPUs; None: ask the pipeline. With no free GPU and no pair that may pass
+        (:meth:`_waits`), it waits whatever its size. Otherwise it waits when fewer nodes than it asks
+        have ``gpus_per_node`` GPUs it may take: free ones (all it may take without pressure), or
+        under pressure also those whose resident it may join (:meth:`_gpu_limits` above its E_a);
+        then the pipeline's reason is "no GPU qualifies" when some GPU surely scores."""
+        state, req = cycle.state, cycle.req
+        if not np.isfinite(self.free_score):
+            return None
+        first_free = feasible.first_free
+        relaxed = not pressure(cycle) and req.n_gpus <= state.n_free
+        if not relaxed and first_free < 0 and self._waits(cycle, feasible):
+            return "no free GPU and no pair predicted worth sharing"
+        if first_free >= 0 and int(np.count_nonzero(state.node_free >= req.gpus_per_node)) >= req.nodes:
+            return None  # free GPUs may be enough: the pipeline (the test below would cost as much)
+        resident = feasible.resident
+        if relaxed:
+            may = resident < 0  # the pipeline scores only the free GPUs
+        else:
+            e_a = req.expected_duration()
+            # first a bound per node: at most its free GPUs and those of the classes whose greatest
+            # remaining time passes; too few such nodes, and the job surely waits
+            limits = self._class_limits(cycle, feasible, self._class_tests(cycle))
+            free, counts = feasible.node_counts(len(limits))
+            upper = free + counts @ (limits > e_a * (1.0 - RATIO_EPS))
+            if int(np.count_nonzero(upper >= req.gpus_per_node)) < req.nodes and (
+                    first_free >= 0 or (np.isfinite(limits) & (limits > e_a * (1.0 + RATIO_EPS))).any()):
+                return NO_QUALIFYING_GPU  # (some GPU surely scores: a free one, or one of a class whose limit passes)
+            may = self._gpu_limits(cycle, feasible) > e_a * (1.0 - RATIO_EPS)
+        per_node = np.bincount(state.gpu_node[feasible.idx[may]], minlength=len(state.nodes))
+        if int(np.count_nonzero(per_node >= req.gpus_per_node)) >= req.nodes:
+            return None
+        if relaxed or first_free >= 0:
+            return NO_QUALIFYING_GPU
+        # no GPU free: the reason says whether some pair passes (only GPUs that may can)
+        pos = np.flatnonzero(may)
+        if len(pos) and self._qualifying(cycle, pos, resident[pos], self._class_tests(cycle)).any():
+            return NO_QUALIFYING_GPU
         return "no free GPU and no pair predicted worth sharing"
 
     def _waits(self, cycle, feasible) -> bool:
@@ -262,46 +299,76 @@ class Horus(Policy):
 
     def _share_limit(self, cycle, feasible, tests) -> float:
         """The E_a below which a job of the cycle's class may pass :meth:`_pair_ok` on some feasible
-        GPU (inf: any may; 0: none). Per resident class k present on the feasible GPUs, with e_b the
-        greatest remaining time among its residents (``max(end − now, 1)``): where the class tests
-        pass (``ok_c``), SJF-BSBF's benefit > 0 holds exactly for e_b > ρ₀·E_a, and where the
-        short-next-to-long exception's do (``bsbf_c``), gain ≥ ``bsbf_gain`` for e_b > ρ_g·E_a
-        (:func:`~.sjf_bsbf.share_ratio`, kept per pair of classes by :class:`~.sjf_bsbf.ShareRatios`):
-        the limit is the largest e_b / ρ. Without the benefit test the class tests alone decide (inf),
-        and so they do with ``bsbf_gain`` ≥ ½ (no threshold form). Kept in ``Feasible.memo`` per class,
-        time and class tests."""
-        c = cycle.class_id
-        key = ("horus-limit", id(self), c, cycle.ctx.now)
+        GPU (inf: any may; 0: none): the largest of :meth:`_class_limits`."""
+        limits = self._class_limits(cycle, feasible, tests)
+        return float(limits.max()) if len(limits) else 0.0
+
+    def _class_limits(self, cycle, feasible, tests):
+        """Per resident class id: the E_a below which a job of the cycle's class may pass
+        :meth:`_pair_ok` next to one of its residents on a feasible GPU — :meth:`_limits` at the
+        greatest remaining time among them (``max(end − now, 1)``); 0 for a class not there. Kept in
+        ``Feasible.memo`` per class, time and class tests."""
+        key = ("horus-class-limits", id(self), cycle.class_id, cycle.ctx.now)
         found = feasible.memo.get(key)
         if found is not None and found[0] is tests:
             return found[1]
-        jt, _rt, ok_c, bsbf_c, _value = tests
-        n = len(jt) - 1
+        n = len(tests[0]) - 1
         e_b, present = feasible.remaining(n, cycle.ctx.now)
-        limit = 0.0
-        passing = ok_c[:n] & present
-        if passing.any():
-            limit = self._limit_over(cycle, c, 0.0, passing, e_b[1]) if self.require_benefit else np.inf
-        if self.bsbf_gain > 0:
-            short = bsbf_c[:n] & present
-            if short.any():
-                limit = max(limit, self._limit_over(cycle, c, self.bsbf_gain, short, e_b[1])
-                            if self.bsbf_gain < 0.5 else np.inf)
-        feasible.memo[key] = (tests, limit)
-        return limit
+        k = np.flatnonzero(present)
+        limits = np.zeros(n)
+        if len(k):
+            limits[k] = self._limits(cycle, tests, k, e_b[1][k])
+        feasible.memo[key] = (tests, limits)
+        return limits
 
-    def _limit_over(self, cycle, c, gain, classes, e_max) -> float:
-        """The largest e_b / ρ (at ``gain``) over the resident ``classes`` (a mask); inf where some
-        ρ < RATIO_MIN."""
+    def _gpu_limits(self, cycle, feasible):
+        """Per feasible GPU, the E_a below which a job of the cycle's class may take it: inf when
+        free, :meth:`_limits` of its resident otherwise. Kept in ``Feasible.memo`` per class, time and
+        class tests."""
+        tests = self._class_tests(cycle)
+        key = ("horus-gpu-limits", id(self), cycle.class_id, cycle.ctx.now)
+        found = feasible.memo.get(key)
+        if found is not None and found[0] is tests:
+            return found[1]
+        resident = feasible.resident
+        busy = resident >= 0
+        limits = np.full(len(feasible.idx), np.inf)
+        e_b = np.maximum(cycle.state.gpu_end0[feasible.idx[busy]] - cycle.ctx.now, 1.0)
+        limits[busy] = self._limits(cycle, tests, resident[busy], e_b)
+        feasible.memo[key] = (tests, limits)
+        return limits
+
+    def _limits(self, cycle, tests, res, e_b):
+        """Per resident (class ids ``res``, remaining times ``e_b``): the E_a below which a job of the
+        cycle's class may pass :meth:`_pair_ok` next to it (inf: any may; 0: none). Where the class
+        tests pass (``ok_c``), SJF-BSBF's benefit > 0 holds exactly for e_b > ρ₀·E_a, and where the
+        short-next-to-long exception's do (``bsbf_c``), gain ≥ ``bsbf_gain`` for e_b > ρ_g·E_a
+        (:func:`~.sjf_bsbf.share_ratio`, kept per pair of classes by :class:`~.sjf_bsbf.ShareRatios`):
+        the limit is e_b / ρ (inf where ρ < RATIO_MIN). Without the benefit test the class tests alone
+        decide (inf), and so they do with ``bsbf_gain`` ≥ ½ (no threshold form)."""
+        _jt, _rt, ok_c, bsbf_c, _value = tests
+        out = np.zeros(len(res))
+        passing = ok_c[res]
+        if passing.any():
+            out[passing] = self._over(cycle, 0.0, res[passing], e_b[passing]) if self.require_benefit else np.inf
+        if self.bsbf_gain > 0:
+            short = bsbf_c[res]
+            if short.any():
+                out[short] = np.maximum(out[short], self._over(cycle, self.bsbf_gain, res[short], e_b[short])
+                                        if self.bsbf_gain < 0.5 else np.inf)
+        return out
+
+    def _over(self, cycle, gain, res, e_b):
+        """e_b / ρ at ``gain`` per resident (inf where ρ < RATIO_MIN, 0 where the pair does not fit)."""
         kept = self.__dict__.setdefault("_share_ratios", {})
         ratios = kept.get(gain)
         if ratios is None:
             ratios = kept[gain] = ShareRatios(gain)
-        rho = ratios.matrix(self.pairs, cycle.state.gpu_types[0])[c][classes]
-        if (rho < RATIO_MIN).any():
-            return np.inf
+        rho = ratios.matrix(self.pairs, cycle.state.gpu_types[0])[cycle.class_id][res]
         with np.errstate(divide="ignore"):
-            return float((e_max[classes] / rho).max())  # ρ = inf: the pair does not fit, 0
+            limits = e_b / rho
+        limits[rho < RATIO_MIN] = np.inf
+        return limits
 
     def _may_pair(self, cycle, feasible, jt, rt, ok_c, bsbf_c):
         """Per resident class (the trailing entry, a free GPU: False): whether some feasible GPU
@@ -392,18 +459,24 @@ class Horus(Policy):
         resident's class: each test is computed once per class (a short vector, the trailing entry
         for a free GPU) and gathered per GPU; the benefit, which needs the resident's expected end,
         is computed only on the GPUs whose class passes the rest."""
-        jt, rt, ok_c, bsbf_c, value = self._class_tests(cycle)
+        tests = self._class_tests(cycle)
         resident = cycle.resident  # class id per feasible GPU, -1 (the trailing entry) when free
-        if self.require_benefit or self.bsbf_gain > 0:
-            need_c = (ok_c | bsbf_c) if self.require_benefit else bsbf_c & ~ok_c
-            need_c[-1] = False
-            ok = ok_c[resident] if not self.require_benefit else np.zeros(len(resident), dtype=bool)
-            pos = np.flatnonzero(need_c[resident])
-            if len(pos):
-                ok[pos] = self._pair_ok(cycle, pos, resident[pos], jt, rt, ok_c, bsbf_c)
-        else:
-            ok = ok_c[resident]
-        return np.where(ok | cycle.free, value[resident], NEG_INF), ok
+        ok = self._qualifying(cycle, np.arange(len(resident)), resident, tests)
+        return np.where(ok | cycle.free, tests[4][resident], NEG_INF), ok
+
+    def _qualifying(self, cycle, pos, res, tests):
+        """Whether the GPUs at feasible positions ``pos`` (resident classes ``res``, -1: free) pass
+        the rule's pair tests: the class tests, and the SJF-BSBF benefit where they ask for it."""
+        jt, rt, ok_c, bsbf_c, _value = tests
+        if not (self.require_benefit or self.bsbf_gain > 0):
+            return ok_c[res]
+        need_c = (ok_c | bsbf_c) if self.require_benefit else bsbf_c & ~ok_c
+        need_c[-1] = False
+        ok = ok_c[res] if not self.require_benefit else np.zeros(len(res), dtype=bool)
+        sel = np.flatnonzero(need_c[res])
+        if len(sel):
+            ok[sel] = self._pair_ok(cycle, pos[sel], res[sel], jt, rt, ok_c, bsbf_c)
+        return ok
 
     def _class_tests(self, cycle):
         """Per resident class (trailing entry: a free GPU): the job's and the resident's predicted

@@ -286,8 +286,10 @@ class SJFBSBF(SJFMixin, Policy):
             per_node = np.bincount(state.gpu_node[feasible.idx[may]], minlength=len(state.nodes))
             if int(np.count_nonzero(per_node >= req.gpus_per_node)) >= req.nodes:
                 return None
-        if not (limits > e_a * (1.0 + RATIO_EPS)).any():
-            return None  # whether any GPU scores decides the pipeline's reason: ask it
+        # whether some GPU surely scores decides the pipeline's reason (an infinite limit of a busy GPU
+        # only says "may": ρ too small to trust); unsure: ask the pipeline
+        if feasible.first_free < 0 and not (np.isfinite(limits) & (limits > e_a * (1.0 + RATIO_EPS))).any():
+            return None
         return NO_QUALIFYING_GPU
 
     def _gpu_limits(self, state, feasible, c, now) -> np.ndarray:
