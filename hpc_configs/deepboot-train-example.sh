@@ -37,6 +37,9 @@ case "$(scontrol version 2>/dev/null)" in
     *) SELF_REQUEUE=0 ;;
 esac
 on_term() {
+    # once: Slurm may signal the step again while this runs (its requeue ends the job), and a second
+    # pass would save and print the checkpoint twice
+    trap '' TERM
     save
     echo "checkpoint step=$step at $(now)"
     # preempted (PreemptTime set), not cancelled: give the GPUs back now

@@ -67,39 +67,41 @@ def test_horusd_lends_an_inference_gpu_a_burst_takes_it_back_within_seconds_and_
     steps = 150
     busy = [cluster.sbatch(["-p", "train", "--gres=gpu:1", "--comment=class=resnet50-bs64"],
                            "#!/bin/sh\nsleep 300\n") for _ in range(2)]
-    wait_for(lambda: all(r[1] == "RUNNING" for r in squeue_rows(cluster, busy).values()), 30, "train full")
-    time.sleep(1.5)  # horusd sees the training partition full
-    borrower = cluster.sbatch(["-p", "train,infer-lend", "--requeue", "--open-mode=append", "--gres=gpu:1",
-                               "--comment=class=resnet50-bs64", f"--export=ALL,STEPS={steps},STEP_S=0.1"],
-                              EXAMPLE.read_text())
-    row = wait_for(lambda: state_of(cluster, borrower) == "RUNNING" and squeue_rows(cluster, [borrower])[borrower],
-                   30, "the borrower to start")
-    assert row[0] == "infer-lend" and row[2] == "n2"  # horusd lent it an inference GPU
-    ckpt = cluster.root / "jobs" / f"ckpt-{borrower}"
-    wait_for(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 10, 60, "the borrower to make progress")
-    submitted = time.monotonic()
-    burst = [cluster.sbatch(["-p", "infer", "--gres=gpu:1", "--comment=class=lm-bs20"], "#!/bin/sh\nsleep 3\n")
-             for _ in range(2)]
-    wait_for(lambda: all(r[1] == "RUNNING" for r in squeue_rows(cluster, burst).values()), 30,
-             "both inference jobs to run at once (one on the reclaimed GPU)")
-    reclaim_s = time.monotonic() - submitted
-    assert reclaim_s < 10, f"the burst waited {reclaim_s:.1f} s for its GPUs"
-    assert f"Requeuing JobId={borrower}" in (cluster.root / "log" / "slurmctld.log").read_text()
-    # the victim was horusd's reclaim decision (the scheduling cycle's, as in the simulator): the
-    # inference job was pinned to the borrower's GPU and Slurm preempted that job
-    assert re.search(rf"horus: reclaim: partition infer takes the GPUs of {borrower}\b",
-                     (cluster.root / "log" / "horusd.log").read_text())
-    wait_for(lambda: state_of(cluster, borrower) == "COMPLETED", 120, "the borrower to resume and complete")
-    out = cluster.job_output(borrower)
-    saved = [int(s) for s in re.findall(r"checkpoint step=(\d+)", out)]
-    starts = [int(s) for s in re.findall(r"start run=\d+ step=(\d+)", out)]
-    assert len(saved) == 1 and out.count(requeue_line(cluster)) == 1, out
-    assert starts == [0, saved[0]] and 10 <= saved[0] < steps, out  # resumed where it stopped: no step lost
-    assert f"done step={steps}" in out, out
-    states = {j: r[1] for j, r in squeue_rows(cluster, busy + burst).items()}
-    assert [states[j] for j in busy] == ["RUNNING", "RUNNING"] and [states[j] for j in burst] == ["COMPLETED"] * 2
-    cluster.run(["scancel", *map(str, busy)])
-    wait_for(lambda: all(r[1] != "RUNNING" for r in squeue_rows(cluster, busy).values()), 30, "train empty")
+    try:
+        wait_for(lambda: all(r[1] == "RUNNING" for r in squeue_rows(cluster, busy).values()), 30, "train full")
+        time.sleep(1.5)  # horusd sees the training partition full
+        borrower = cluster.sbatch(["-p", "train,infer-lend", "--requeue", "--open-mode=append", "--gres=gpu:1",
+                                   "--comment=class=resnet50-bs64", f"--export=ALL,STEPS={steps},STEP_S=0.1"],
+                                  EXAMPLE.read_text())
+        row = wait_for(lambda: state_of(cluster, borrower) == "RUNNING" and squeue_rows(cluster, [borrower])[borrower],
+                       30, "the borrower to start")
+        assert row[0] == "infer-lend" and row[2] == "n2"  # horusd lent it an inference GPU
+        ckpt = cluster.root / "jobs" / f"ckpt-{borrower}"
+        wait_for(lambda: ckpt.exists() and int(ckpt.read_text() or 0) >= 10, 60, "the borrower to make progress")
+        submitted = time.monotonic()
+        burst = [cluster.sbatch(["-p", "infer", "--gres=gpu:1", "--comment=class=lm-bs20"], "#!/bin/sh\nsleep 3\n")
+                 for _ in range(2)]
+        wait_for(lambda: all(r[1] == "RUNNING" for r in squeue_rows(cluster, burst).values()), 30,
+                 "both inference jobs to run at once (one on the reclaimed GPU)")
+        reclaim_s = time.monotonic() - submitted
+        assert reclaim_s < 10, f"the burst waited {reclaim_s:.1f} s for its GPUs"
+        assert f"Requeuing JobId={borrower}" in (cluster.root / "log" / "slurmctld.log").read_text()
+        # the victim was horusd's reclaim decision (the scheduling cycle's, as in the simulator): the
+        # inference job was pinned to the borrower's GPU and Slurm preempted that job
+        assert re.search(rf"horus: reclaim: partition infer takes the GPUs of {borrower}\b",
+                         (cluster.root / "log" / "horusd.log").read_text())
+        wait_for(lambda: state_of(cluster, borrower) == "COMPLETED", 120, "the borrower to resume and complete")
+        out = cluster.job_output(borrower)
+        saved = [int(s) for s in re.findall(r"checkpoint step=(\d+)", out)]
+        starts = [int(s) for s in re.findall(r"start run=\d+ step=(\d+)", out)]
+        assert len(saved) == 1 and out.count(requeue_line(cluster)) == 1, out
+        assert starts == [0, saved[0]] and 10 <= saved[0] < steps, out  # resumed where it stopped: no step lost
+        assert f"done step={steps}" in out, out
+        states = {j: r[1] for j, r in squeue_rows(cluster, busy + burst).items()}
+        assert [states[j] for j in busy] == ["RUNNING", "RUNNING"] and [states[j] for j in burst] == ["COMPLETED"] * 2
+    finally:  # the next tests of the module need the training partition back, whatever happened here
+        cluster.run(["scancel", *map(str, busy)])
+        wait_for(lambda: all(r[1] != "RUNNING" for r in squeue_rows(cluster, busy).values()), 30, "train empty")
 
 
 def test_a_multi_node_borrower_shrinks_itself_off_the_inference_node_without_a_restart(deepboot_cluster):
