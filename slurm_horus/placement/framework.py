@@ -343,8 +343,7 @@ class Policy:
             return None
         usable = cycle.score > NEG_INF
         # only nodes with at least k usable GPUs are worth sorting
-        per_node = np.bincount(state.gpu_node[cycle.idx[usable]], minlength=len(state.nodes))
-        nodes = np.flatnonzero(per_node >= k)
+        nodes = nodes_holding(state, cycle.idx[usable], k)
         if len(nodes) < req.nodes:
             return None
         full = np.full(n + 1, NEG_INF)  # last slot: padding of short nodes
@@ -480,6 +479,12 @@ class SJFMixin:
 
     def queue_key(self, req: JobRequest):
         return (req.expected_duration(), req.submit_time, req.job_id)
+
+
+def nodes_holding(state: ClusterState, gpu_ids: np.ndarray, k: int) -> np.ndarray:
+    """The nodes holding at least ``k`` of ``gpu_ids``: where a request for ``k`` GPUs per node may go
+    (a multi-GPU select's first step, and the waits that foresee it)."""
+    return np.flatnonzero(np.bincount(state.gpu_node[gpu_ids], minlength=len(state.nodes)) >= k)
 
 
 def pressure(cycle: Cycle) -> bool:

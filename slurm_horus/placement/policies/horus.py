@@ -46,10 +46,10 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..fragmentation import FragmentationModel
-from ..framework import NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, pressure
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, nodes_holding, pressure
 from ..request import Decision
 from .fgd import _sigmoid_score as _fgd_score
-from .sjf_bsbf import PAIR_EPS, RATIO_EPS, RATIO_MIN, ShareRatios, pair_benefit
+from .sjf_bsbf import PAIR_EPS, RATIO_EPS, ShareRatios, pair_benefit, share_limits
 
 
 TESTS_KEPT = 4096  # class tests kept across cycles (class × window × its best partners) before starting over
@@ -279,8 +279,7 @@ class Horus(Policy):
                     first_free >= 0 or (np.isfinite(limits) & (limits > e_a * (1.0 + RATIO_EPS))).any()):
                 return NO_QUALIFYING_GPU  # (some GPU surely scores: a free one, or one of a class whose limit passes)
             may = self._gpu_limits(cycle, feasible) > e_a * (1.0 - RATIO_EPS)
-        per_node = np.bincount(state.gpu_node[feasible.idx[may]], minlength=len(state.nodes))
-        if int(np.count_nonzero(per_node >= req.gpus_per_node)) >= req.nodes:
+        if len(nodes_holding(state, feasible.idx[may], req.gpus_per_node)) >= req.nodes:
             return None
         if relaxed or first_free >= 0:
             return NO_QUALIFYING_GPU
@@ -364,11 +363,7 @@ class Horus(Policy):
         ratios = kept.get(gain)
         if ratios is None:
             ratios = kept[gain] = ShareRatios(gain)
-        rho = ratios.matrix(self.pairs, cycle.state.gpu_types[0])[cycle.class_id][res]
-        with np.errstate(divide="ignore"):
-            limits = e_b / rho
-        limits[rho < RATIO_MIN] = np.inf
-        return limits
+        return share_limits(e_b, ratios.matrix(self.pairs, cycle.state.gpu_types[0])[cycle.class_id][res])
 
     def _may_pair(self, cycle, feasible, jt, rt, ok_c, bsbf_c):
         """Per resident class (the trailing entry, a free GPU: False): whether some feasible GPU

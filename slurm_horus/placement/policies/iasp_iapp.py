@@ -26,7 +26,7 @@ scored (the simulator charges the cross-node cost Gavel measured, see sim/truth.
 
 import numpy as np
 
-from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, nodes_holding
 from ..request import Decision
 
 
@@ -114,9 +114,7 @@ class IaspIapp(Policy):
     def select(self, cycle):
         """Stage 1 picks the node(s) by similarity; stage 2 the GPUs on each (:meth:`node_gpus`)."""
         state, req = cycle.state, cycle.req
-        usable = cycle.score > NEG_INF
-        per_node = np.bincount(state.gpu_node[cycle.idx[usable]], minlength=len(state.nodes))
-        candidates = np.flatnonzero(per_node >= req.gpus_per_node)
+        candidates = nodes_holding(state, cycle.idx[cycle.score > NEG_INF], req.gpus_per_node)
         if len(candidates) < req.nodes:
             return None
         similarity = self.node_similarity(state, cycle.class_id)[candidates]

@@ -29,7 +29,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ...interference.classes import micro_batch_speed, smaller_batches, with_batch
-from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, SJFMixin
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, SJFMixin, nodes_holding
 from ..request import Decision
 
 # margin of horus's bound on a pair test (policies/horus.py): far above rounding (relative 1e-15), far
@@ -153,6 +153,16 @@ RATIO_MIN = 1e-6
 WAIT_REASON = "sharing would not beat waiting (SJF-BSBF rule)"
 
 
+def share_limits(e_b, rho):
+    """The E_a below which a job may join residents of remaining times ``e_b`` whose pairs have the
+    ratios ``rho`` (:func:`share_ratio`): e_b / ρ; 0 where ρ = inf (the pair does not fit), inf where
+    ρ < RATIO_MIN (too small to trust: the exact test decides)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        limits = np.asarray(e_b / rho, dtype=float)
+    limits[rho < RATIO_MIN] = np.inf
+    return limits
+
+
 def batch_speed(solo_tput: Dict[Tuple[str, str], float], gpu_type: str, job_class: str,
                 variant: str) -> Optional[float]:
     """Samples/s of ``variant`` (a smaller batch of ``job_class``'s model) over those of
@@ -270,7 +280,7 @@ class SJFBSBF(SJFMixin, Policy):
         may join: :meth:`_gpu_limits`); the reason then says whether some GPU surely could (the
         pipeline's "no GPU qualifies")."""
         if req.n_gpus == 1:
-            if feasible.first_free >= 0 or self._may_share_at(state, feasible, c, req, now):
+            if feasible.first_free >= 0 or self._may_share(state, feasible, c, req, now):
                 return None
             return WAIT_REASON
         if feasible.first_free >= 0 and int(np.count_nonzero(state.node_free >= req.gpus_per_node)) >= req.nodes:
@@ -281,11 +291,8 @@ class SJFBSBF(SJFMixin, Policy):
         n_may = int(np.count_nonzero(may))
         if n_may == 0:
             return WAIT_REASON
-        if n_may >= req.n_gpus:
-            # as the pipeline's select: enough nodes with gpus_per_node GPUs that may take the job
-            per_node = np.bincount(state.gpu_node[feasible.idx[may]], minlength=len(state.nodes))
-            if int(np.count_nonzero(per_node >= req.gpus_per_node)) >= req.nodes:
-                return None
+        if n_may >= req.n_gpus and len(nodes_holding(state, feasible.idx[may], req.gpus_per_node)) >= req.nodes:
+            return None  # as the pipeline's select: enough nodes with GPUs that may take the job
         # whether some GPU surely scores decides the pipeline's reason (an infinite limit of a busy GPU
         # only says "may": ρ too small to trust); unsure: ask the pipeline
         if feasible.first_free < 0 and not (np.isfinite(limits) & (limits > e_a * (1.0 + RATIO_EPS))).any():
@@ -305,21 +312,15 @@ class SJFBSBF(SJFMixin, Policy):
             busy = resident >= 0
             found = np.full(len(feasible.idx), np.inf)
             r = self._ratio_matrix(gpu_type, False, state.classes)[c][resident[busy]]
-            with np.errstate(divide="ignore"):
-                limits = np.maximum(state.gpu_end0[feasible.idx[busy]] - now, 1.0) / r
-            limits[r < RATIO_MIN] = np.inf
-            found[busy] = limits
+            found[busy] = share_limits(np.maximum(state.gpu_end0[feasible.idx[busy]] - now, 1.0), r)
             feasible.memo[key] = found
         return found
 
-    def _may_share(self, cycle, feasible) -> bool:
+    def _may_share(self, state, feasible, c, req, now) -> bool:
         """Whether some feasible GPU (one GPU type, none free) may get a finite score: a pair, or a
-        sub-batched pair, whose T_con may beat T_seq. False: the pipeline scores every GPU -inf."""
-        return self._may_share_at(cycle.state, feasible, cycle.class_id, cycle.req, cycle.ctx.now)
-
-    def _may_share_at(self, state, feasible, c, req, now) -> bool:
-        """:meth:`_may_share` from its parts: the job's expected duration E_a against its class's
-        longest duration that may still share (:meth:`_share_limits`), with a margin (``RATIO_EPS``)."""
+        sub-batched pair, whose T_con may beat T_seq (False: the pipeline scores every GPU -inf). The
+        job's expected duration E_a against its class's longest duration that may still share
+        (:meth:`_share_limits`), with a margin (``RATIO_EPS``)."""
         limits = self._share_limits(state, feasible, bool(self.sub_batch and req.n_gpus == 1), now)
         return req.expected_duration() * (1.0 - RATIO_EPS) < limits[c]
 
@@ -339,10 +340,7 @@ class SJFBSBF(SJFMixin, Policy):
             if len(k) == 0:
                 found = np.zeros(len(mat))
             else:
-                r = rho[:, k]
-                with np.errstate(divide="ignore"):
-                    found = (np.maximum(hi[k] - now, 1.0) / r).max(axis=1)  # ρ = inf: 0
-                found[(r < RATIO_MIN).any(axis=1)] = np.inf
+                found = share_limits(np.maximum(hi[k] - now, 1.0), rho[:, k]).max(axis=1)
             feasible.memo[key] = found
         return found
 
