@@ -808,14 +808,19 @@ def test_iasp_iapp_quick_waits_are_the_pipelines():
 
 def test_sjf_bsbf_share_ratios_follow_the_pairs_it_measures():
     """The ratio matrix sjf-bsbf keeps is refreshed cell by cell as pairs are measured (and the
-    sub-batched variants' cells with them): it always equals one computed afresh, also after more
-    measurements than the table's log keeps."""
+    sub-batched variants' cells with them) and grows by the new rows and columns as classes join: it
+    always equals one computed afresh, also after more measurements than the table's log keeps and
+    after a new class that is an old class's sub-batched variant."""
     from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
 
     rng = np.random.default_rng(37)
     classes = ["m-bs64", "m-bs32", "m-bs16", "k0", "k1", "k2"]
-    solo = {("v100", c): t for c, t in (("m-bs64", 2.0), ("m-bs32", 3.5), ("m-bs16", 6.0))}
-    values = {(a, b): float(rng.choice([0.0, 0.4, 0.7, 0.9])) for a in classes for b in classes}
+    solo = {("v100", c): t for c, t in (("m-bs64", 2.0), ("m-bs32", 3.5), ("m-bs16", 6.0), ("m-bs8", 9.0))}
+    later = {10: "k3", 20: "m-bs8", 30: "k4"}  # classes that join the table mid-run (m-bs8: a new variant)
+    values = {(a, b): float(rng.choice([0.0, 0.4, 0.7, 0.9])) for a in classes + list(later.values())
+              for b in classes + list(later.values())}
+    for k in classes:  # m-bs16 fits next to nothing until its variant m-bs8 joins, which fits everywhere
+        values.update({("m-bs16", k): 0.0, ("m-bs8", k): 0.9, (k, "m-bs8"): 0.9})
     state = cluster(1, 4)
     for c in classes:
         state.classes.id(c)
@@ -823,12 +828,17 @@ def test_sjf_bsbf_share_ratios_follow_the_pairs_it_measures():
     policy = SJFBSBF(table, solo_tput=solo)
     table._log = type(table._log)(maxlen=8)  # a short log: more measurements than it keeps, at times
     for step in range(40):
+        if step in later:
+            state.classes.id(later[step])
+            classes.append(later[step])
         for sub in (False, True):
             kept = policy._ratio_matrix("v100", sub, state.classes).copy()
             fresh = SJFBSBF(table, solo_tput=solo)._ratio_matrix("v100", sub, state.classes)
             assert np.array_equal(kept, fresh), (step, sub)
-        for _ in range(int(rng.choice([1, 2, 3, 12]))):  # sometimes more than the log keeps
-            a, b = rng.choice(classes, 2)
+        # sometimes more than the log keeps (not just before a class joins: the growth is what is tested
+        # there); m-bs16's pairs stay unmeasured, so only its new variant makes it fit
+        for _ in range(1 if step + 1 in later else int(rng.choice([1, 2, 3, 12]))):
+            a, b = rng.choice([c for c in classes if c != "m-bs16"], 2)
             policy.observe("v100", str(a), str(b), float(rng.choice([0.0, 0.35, 0.6, 0.95])))
     assert table.changes_since(table.n_observations - 9) is None
     assert len(table.changes_since(table.n_observations - 3)) == 3

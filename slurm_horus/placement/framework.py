@@ -108,20 +108,6 @@ class Feasible:
         lo, hi = self._ends
         return lo[:n], hi[:n]
 
-    def node_counts(self, n: int):
-        """(free, residents): per node, its free feasible GPUs, and its feasible GPUs running a job
-        of each class id below ``n`` (nodes × n)."""
-        found = self.memo.get(("node-counts", n))
-        if found is None:
-            resident = self.resident
-            nodes = self.state.gpu_node[self.idx]
-            busy = resident >= 0
-            n_nodes = len(self.state.nodes)
-            free = np.bincount(nodes[~busy], minlength=n_nodes)
-            counts = np.bincount(nodes[busy] * n + resident[busy], minlength=n_nodes * n).reshape(n_nodes, n)
-            found = self.memo[("node-counts", n)] = (free, counts)
-        return found
-
     def remaining(self, n: int, now: float):
         """(e_b, present): the remaining times ``max(end - now, 1)`` at the two ends of
         :meth:`end_range` (rows: least, greatest; one column per class id below ``n``), and whether

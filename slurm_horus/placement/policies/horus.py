@@ -273,9 +273,9 @@ class Horus(Policy):
             # first a bound per node: at most its free GPUs and those of the classes whose greatest
             # remaining time passes; too few such nodes, and the job surely waits
             limits = self._class_limits(cycle, feasible, self._class_tests(cycle))
-            free, counts = feasible.node_counts(len(limits))
-            upper = free + counts @ (limits > e_a * (1.0 - RATIO_EPS))
-            if int(np.count_nonzero(upper >= req.gpus_per_node)) < req.nodes and (
+            passing = np.append(limits > e_a * (1.0 - RATIO_EPS), True)  # trailing: a free GPU (-1)
+            upper = feasible.idx[passing[resident]]
+            if len(nodes_holding(state, upper, req.gpus_per_node)) < req.nodes and (
                     first_free >= 0 or (np.isfinite(limits) & (limits > e_a * (1.0 + RATIO_EPS))).any()):
                 return NO_QUALIFYING_GPU  # (some GPU surely scores: a free one, or one of a class whose limit passes)
             may = self._gpu_limits(cycle, feasible) > e_a * (1.0 - RATIO_EPS)

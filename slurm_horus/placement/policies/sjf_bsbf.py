@@ -96,35 +96,64 @@ class ShareRatios:
 
     def __init__(self, gain: float = 0.0):
         self.gain = gain
-        self._kept: Dict[str, tuple] = {}  # gpu_type -> (matrix, n_observations, ρ, variant users)
+        self._kept: Dict[str, tuple] = {}  # gpu_type -> (matrix, n_observations, ρ, variant users, classes)
 
     def matrix(self, pairs, gpu_type: str, variants=None) -> np.ndarray:
         mat = pairs.matrix(gpu_type)
         n = len(mat)
         found = self._kept.get(gpu_type)
-        if found is not None and found[0] is mat and len(found[2]) == n:
-            _mat, seen, rho, users = found
-            if seen == pairs.n_observations:
-                return rho
-            changes = pairs.changes_since(seen)
-            if changes is not None:
-                for t, a, b in changes:
-                    if t == gpu_type:
-                        cells = {(a, b), (b, a)}  # the pair, either way round, and where a or b is a variant
-                        cells.update((c, b) for c in users.get(a, ()))
-                        cells.update((c, a) for c in users.get(b, ()))
-                        for c, k in cells:
-                            rho[c, k] = self._cell(mat, c, k, variants)
-                self._kept[gpu_type] = (mat, pairs.n_observations, rho, users)
+        if found is not None and found[4] is pairs.classes and len(found[2]) <= n:
+            old_mat, seen, rho, old_users, _classes = found
+            if old_mat is not mat:  # new classes: their rows and columns (a user may name any class)
+                rho, users, rows = self._grown(mat, rho, variants)
+                if rows:  # classes that gained a sub-batched variant among the new ones
+                    for c in rows:
+                        rho[c] = [self._cell(mat, c, k, variants) for k in range(n)]
+            else:
+                users = old_users
+            if seen != pairs.n_observations:
+                changes = pairs.changes_since(seen)
+                if changes is None:
+                    found = None
+                else:
+                    for t, a, b in changes:
+                        if t == gpu_type:
+                            cells = {(a, b), (b, a)}  # the pair, either way round, and where a or b is a variant
+                            cells.update((c, b) for c in users.get(a, ()))
+                            cells.update((c, a) for c in users.get(b, ()))
+                            for c, k in cells:
+                                rho[c, k] = self._cell(mat, c, k, variants)
+            if found is not None:
+                self._kept[gpu_type] = (mat, pairs.n_observations, rho, users, pairs.classes)
                 return rho
         rho = np.array([[self._cell(mat, c, k, variants) for k in range(n)] for c in range(n)]).reshape(n, n)
-        users: Dict[int, list] = {}  # variant class id -> the classes it is a sub-batched variant of
+        self._kept[gpu_type] = (mat, pairs.n_observations, rho, self._users(n, variants), pairs.classes)
+        return rho
+
+    def _grown(self, mat, old, variants):
+        """(ρ, variant users, rows to redo) after new classes joined the table: the old cells kept
+        (the table keeps its old values), the new rows and columns computed, and the old classes
+        whose sub-batched variants changed named."""
+        m, n = len(old), len(mat)
+        rho = np.empty((n, n))
+        rho[:m, :m] = old
+        for c in range(n):
+            for k in range(m if c < m else 0, n):
+                rho[c, k] = self._cell(mat, c, k, variants)
+        users = self._users(n, variants)
+        rows = [c for c in range(m) if variants is not None
+                and any(int(v) >= m for v in variants(c)[0])]
+        return rho, users, rows
+
+    @staticmethod
+    def _users(n, variants) -> Dict[int, list]:
+        """Variant class id -> the classes it is a sub-batched variant of."""
+        users: Dict[int, list] = {}
         if variants is not None:
             for c in range(n):
                 for v in variants(c)[0]:
                     users.setdefault(int(v), []).append(c)
-        self._kept[gpu_type] = (mat, pairs.n_observations, rho, users)
-        return rho
+        return users
 
     def _cell(self, mat, c, k, variants) -> float:
         mine = mat.item(c, k)
