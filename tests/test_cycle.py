@@ -6,7 +6,7 @@ import math
 import pytest
 
 from slurm_horus.placement import ClassIndex, ClusterState, JobRequest, RunningJob
-from slurm_horus.placement.cycle import CycleOptions, PendingQueue, cycle_order, has_room, run_cycle
+from slurm_horus.placement.cycle import KNOWN_WAIT, CycleOptions, PendingQueue, cycle_order, has_room, run_cycle
 from slurm_horus.placement.framework import SchedulingContext
 from slurm_horus.placement.policies import DeepBoot, SJF, SlurmDefault
 
@@ -314,7 +314,8 @@ def test_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them(rul
     """horus, sjf-bsbf and iasp-iapp answer some waits without deciding (``wait_reason``, from the
     feasible GPUs the cycle's earlier decisions found: the share limits of the job's class; iasp-iapp,
     too few nodes with GPUs the class may use): the cycle must start the same jobs, count the same
-    decisions and give the same reasons as one that asks every job."""
+    decisions and give the same reasons as one that asks every job (a job answered from a shorter
+    job's wait, ``KNOWN_WAIT``, waits there too)."""
     import numpy as np
 
     from slurm_horus.placement import PairTable
@@ -325,7 +326,7 @@ def test_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them(rul
 
     rng = np.random.default_rng(23)
     classes = [f"k{i}" for i in range(4)]
-    answered = 0
+    answered = carried = 0
     for trial in range(40):
         tputs = [0.375, 0.5, 0.625, 0.75, 0.875] + ([0.0, 0.3, 0.45] if rule != "horus" else [])
         values = {(a, b): float(rng.choice(tputs)) for a in classes for b in classes}
@@ -354,5 +355,97 @@ def test_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them(rul
             result = run_cycle(state, policy, queue, 100.0, start)
             answered += sum(r is not None for r in calls)
             runs.append((order, result.tried, dict(result.waiting), ends))
-        assert runs[0][:3] == runs[1][:3], trial
+        assert runs[0][:2] == runs[1][:2], trial
+        known, asked = runs[0][2], runs[1][2]
+        assert set(known) == set(asked), trial
+        assert all(known[j] in (asked[j], KNOWN_WAIT) for j in known), trial
+        carried += sum(reason == KNOWN_WAIT for reason in known.values())
     assert answered > 0  # some waits were answered without deciding
+    assert carried > 0 or rule == "iasp-iapp"  # and some from a shorter job's
+
+
+@pytest.mark.parametrize("rule", ["horus", "sjf-bsbf"])
+def test_waits_kept_from_cycle_to_cycle_give_the_cycles_that_ask_every_job(rule):
+    """The queue keeps the waits a policy answered (``KnownWaits``) from one cycle to the next while
+    the cluster does not change, under the policy's ``wait_epoch`` token: along a run of cycles with
+    arrivals, ends, measured pairs and a moving clock, every cycle must start the same jobs, count the
+    same decisions and leave the same jobs waiting as cycles that ask every job."""
+    import numpy as np
+
+    from slurm_horus.placement import PairTable
+    from slurm_horus.placement.policies.horus import Horus
+    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
+    from test_placement import TablePredictor
+
+    classes = [f"k{i}" for i in range(5)]
+    carried = 0
+    for trial in range(24):
+        rng = np.random.default_rng(100 + trial)
+        values = {(a, b): float(rng.choice([0.375, 0.5, 0.625, 0.75, 0.875, 0.95])) for a in classes for b in classes}
+        runs = []
+        for keep in (True, False):
+            draws = np.random.default_rng(trial)
+            state = cluster(nodes=3, gpus=2)
+            table = PairTable(TablePredictor(values), state.classes)
+            policy = {"horus": Horus, "sjf-bsbf": SJFBSBF}[rule](table)
+            if not keep:
+                policy.wait_epoch = lambda *a: None
+            for g in range(6):
+                for slot in range(int(draws.integers(0, 3)) if g % 3 else 2):
+                    state.place(RunningJob(f"r{g}.{slot}", str(draws.choice(classes)), (g,), 0.0,
+                                           float(draws.choice([300.0, 2000.0, 9000.0]))))
+            queue = PendingQueue(policy)
+            now, steps, n = 0.0, [], 0
+            for step in range(60):
+                now += float(draws.choice([1.0, 30.0, 200.0]))
+                event = draws.integers(0, 4)
+                if event <= 1:  # arrivals
+                    for _ in range(int(draws.integers(1, 4))):
+                        queue.add(req(f"j{n}", duration=float(draws.choice([60.0, 300.0, 2000.0, 9000.0])) + n * 1e-3,
+                                      gpus=int(draws.choice([1, 1, 2])), submit=now, cls=str(draws.choice(classes))))
+                        n += 1
+                elif event == 2:  # the jobs due by now end
+                    for job_id in [j for j, job in state.jobs.items() if job.expected_end <= now]:
+                        state.release(job_id)
+                else:  # a pair measured
+                    policy.observe("v100", str(draws.choice(classes)), str(draws.choice(classes)),
+                                   float(draws.choice([0.4, 0.9])))
+
+                def start(r, decision, now=now):
+                    state.place(policy.running_job(r, decision, now))
+                    return True
+
+                result = run_cycle(state, policy, queue, now, start)
+                steps.append(([r.job_id for r, _ in result.started], result.tried, dict(result.waiting)))
+            runs.append(steps)
+        for step, (kept, asked) in enumerate(zip(*runs)):
+            assert kept[:2] == asked[:2], (trial, step)
+            assert set(kept[2]) == set(asked[2]), (trial, step)
+            assert all(kept[2][j] in (asked[2][j], KNOWN_WAIT) for j in kept[2]), (trial, step)
+            carried += sum(reason == KNOWN_WAIT for reason in kept[2].values())
+    assert carried > 20, carried  # waits were kept
+
+
+def test_a_wait_kept_without_pressure_is_asked_again_under_pressure():
+    """horus's token holds the pressure: without it a multi-GPU job takes only free GPUs (here one
+    free on each node: it waits); once more GPUs are wanted than free, it may also join a resident,
+    so the wait kept from the quiet cycle must not answer the busy one."""
+    from slurm_horus.placement import PairTable
+    from slurm_horus.placement.policies.horus import Horus
+    from test_placement import TablePredictor
+
+    values = {(x, y): (0.1 if "c" in (x, y) else 0.95) for x in "abc" for y in "abc"}
+    state = cluster(nodes=4, gpus=2)
+    policy = Horus(PairTable(TablePredictor(values), state.classes))
+    for node in range(4):
+        state.place(RunningJob(f"r{node}", "a", (2 * node + 1,), 0.0, 50000.0))
+    queue = PendingQueue(policy)
+    queue.add(req("c0", duration=300.0, gpus=2, cls="c"))  # asked first: builds the cycle's feasible GPUs
+    queue.add(req("big", duration=600.0, gpus=2, cls="b"))
+    start, order = placer(state, policy, now=10.0)
+    quiet = run_cycle(state, policy, queue, 10.0, start)
+    assert order == [] and set(quiet.waiting) == {"c0", "big"}  # 4 GPUs wanted, 4 free, none on one node
+    queue.add(req("late", duration=900.0, gpus=2, cls="c", submit=20.0))  # 6 wanted, 4 free
+    start, order = placer(state, policy, now=20.0)
+    run_cycle(state, policy, queue, 20.0, start)
+    assert order == ["big"]  # next to the residents of class a

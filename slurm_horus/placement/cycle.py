@@ -19,6 +19,11 @@ it is asked about and in what order:
 * **equivalence cache** — a request identical to one that did not fit since the last start is not
   asked again (the scheduling framework's equivalence class cache; Slurm's main scheduler likewise
   skips a job whose resource request already failed in this pass);
+* **known waits** — a wait the policy answered from the cycle's earlier decisions (``wait_reason``)
+  is kept by the queue while the cluster does not change (:class:`KnownWaits`): a later cycle, or a
+  job of the same request expected to run no shorter, is answered from it without asking, when the
+  policy's ``wait_epoch`` says what else its waits read (a saturated queue is asked again at every
+  arrival);
 * **free capacity** — a cycle stops as soon as no job could start at all (no free GPU, no slot a
   sharing policy could use), checked again only when the cluster changed; an exclusive policy's
   cycle walks only the jobs that ask for at most the free GPUs (the queue keeps one sorted list
@@ -86,6 +91,7 @@ class PendingQueue:
         self._shapes: Dict[int, list] = {}  # id -> [waiting jobs of it, the shape]
         self._next_shape = 0
         self._lent = False  # the lists are held by a snapshot: copy them before changing them
+        self.known_waits = KnownWaits()  # the policy's waits, from cycle to cycle (the cycle's)
         self.gpus = 0
         self.work = 0.0
 
@@ -376,6 +382,34 @@ def _entries(jobs: dict, keys) -> Iterator[Optional[tuple]]:
 
 
 _END = object()
+# why a job the cycle did not ask waits (KnownWaits)
+KNOWN_WAIT = "waits as a job of the same request expected to run no longer did on this cluster"
+
+
+class KnownWaits:
+    """Waits the policy answered (``Policy.wait_reason``), kept from cycle to cycle while the cluster
+    does not change: per request (:func:`request_shape` less the duration), the least expected
+    duration that waits. A policy's ``wait_epoch`` says what else its waits read; under an equal
+    token, on the same cluster version, a wait holds at a later time and for a job expected to run no
+    shorter (``Policy.wait_epoch``). A saturated queue is asked again at every arrival and every
+    cycle: the cycle answers from here what it was already told. Kept by the queue."""
+
+    def __init__(self):
+        self._key = None  # (state, its version, the policy's token)
+        self._since = 0.0  # the latest time a wait was kept at
+        self._waits: Dict[tuple, float] = {}
+
+    def at(self, state: ClusterState, token: Optional[tuple], now: float) -> Optional[Dict[tuple, float]]:
+        """The waits that hold on ``state`` (this version of it) under ``token`` at ``now``, to read
+        and add to (None: the policy keeps none)."""
+        if token is None:
+            self._key, self._waits = None, {}
+            return None
+        key = (state, state.version, token)
+        if self._key is None or now < self._since or self._key[0] is not state or self._key[1:] != key[1:]:
+            self._key, self._waits = key, {}
+        self._since = now
+        return self._waits
 
 
 def _narrow(queue: PendingQueue, max_size: int, after: Optional[tuple] = None,
@@ -433,6 +467,10 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     jobs = queue._jobs
     prune = not reclaiming and not explain
     knows_waits = prune and type(policy).wait_reason is not Policy.wait_reason
+    carry = knows_waits and type(policy).wait_epoch is not Policy.wait_epoch
+    known = None  # request -> the least expected duration known to wait (KnownWaits), for this version
+    known_version = -1  # the cluster version ``known`` was taken at
+    shapes = queue._shapes
     width = state.node_gpu_table.shape[1]
     room_version = state.version  # has_room was true at this version of the cluster
     walk_cap = int(state.n_free)  # an exclusive policy's walk: jobs asking for at most this many GPUs
@@ -467,7 +505,21 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                     walk = _narrow(queue, walk_cap, jobs[req.job_id][0], blocked)
                 continue
         if knows_waits:
-            reason = policy.wait_reason(state, req, ctx)
+            if carry and known_version != state.version:
+                known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now)
+                known_version = state.version
+            if known is None:
+                reason = policy.wait_reason(state, req, ctx)
+            else:
+                request = shapes[shape][1][:-1]
+                least = known.get(request)
+                expected = req.expected_duration() if policy.uses_duration else 0.0
+                if least is not None and expected >= least:
+                    reason = KNOWN_WAIT  # asked, it would wait (its reason may differ)
+                else:
+                    reason = policy.wait_reason(state, req, ctx)
+                    if reason is not None:
+                        known[request] = expected
             if reason is not None:  # what decide would answer, known from this cycle's decisions
                 failed.add(shape)
                 result.waiting[req.job_id] = reason

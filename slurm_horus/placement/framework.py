@@ -255,6 +255,18 @@ class Policy:
         The cycle asks this first (not when reclaiming or explaining); the base policy never knows."""
         return None
 
+    def wait_epoch(self, state: ClusterState, ctx: SchedulingContext) -> Optional[tuple]:
+        """What :meth:`wait_reason` reads besides the request, the cluster (this version of it) and the
+        clock, as a token; None (the base policy): nothing is kept from one cycle to the next.
+
+        A policy that gives a token promises that a wait its :meth:`wait_reason` answered stays a
+        wait (:meth:`decide` places nothing) on the same cluster version, under an equal token, at any
+        later time, for any job of the same request (:func:`~.cycle.request_shape` less the duration)
+        expected to run no shorter when the policy ``uses_duration``. The cycle then answers those
+        without asking, from cycle to cycle while the cluster does not change (the queue keeps them:
+        a saturated queue is asked again at every arrival)."""
+        return None
+
     def node_mask(self, state: ClusterState, req: JobRequest) -> np.ndarray:
         """Nodes a CPU-only job may use: partition, CPUs and host memory."""
         parts = self.partitions_of(req)

@@ -249,6 +249,24 @@ class Horus(Policy):
             return None
         return "no free GPU and no pair predicted worth sharing"
 
+    def wait_epoch(self, state, ctx):
+        """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its
+        measurements and classes), the pressure, the window's best partners (the class tests) and
+        whether the workload is fractional. With these fixed, a wait holds later and for a longer job:
+        every share limit is e_b / ρ or a constant (the remaining times e_b only shrink), the job's
+        E_a is compared against them, and the free GPUs are the cluster's."""
+        if type(self).wait_reason is not Horus.wait_reason or type(self).decide_quickly is not Horus.decide_quickly \
+                or type(self)._class_tests is not Horus._class_tests or self.pairs is None \
+                or len(state.gpu_types) != 1 or self.min_tput <= 0:
+            return None
+        window = ctx.extra.get("window")
+        partners = None
+        if window is not None and len(window):
+            self._partner_by_class(Cycle(state, None, ctx, -1), window)
+            partners = ctx.extra[("_best_partner_key", id(self), state.gpu_types[0])]
+        return ("horus", self.pairs.n_observations, len(state.classes.names), id(self.pairs.classes),
+                ctx.waiting_gpus > state.n_free, partners, self._fractional_workload())
+
     def _multi_wait(self, cycle, feasible):
         """The reason the pipeline gives a multi-GPU job that must wait, when it is known without
         scoring the GPUs; None: ask the pipeline. With no free GPU and no pair that may pass

@@ -300,6 +300,16 @@ class SJFBSBF(SJFMixin, Policy):
             return None
         return self._quick_wait(state, feasible, state.classes.ids[req.job_class], req, ctx.now)
 
+    def wait_epoch(self, state, ctx):
+        """:meth:`wait_reason` reads, besides the cluster and the clock, only the pair table (its
+        measurements and classes): a wait holds later and for a longer job, since every share limit is
+        e_b / ρ or a constant (the remaining times e_b only shrink) and the job's E_a is compared
+        against them."""
+        if type(self).wait_reason is not SJFBSBF.wait_reason or type(self).decide_quickly is not SJFBSBF.decide_quickly \
+                or type(self)._quick_wait is not SJFBSBF._quick_wait or self.pairs is None:
+            return None
+        return ("sjf-bsbf", self.pairs.n_observations, len(state.classes.names), id(self.pairs.classes))
+
     def _quick_wait(self, state, feasible, c, req, now) -> Optional[str]:
         """The reason the pipeline gives a job that must wait, when the share limits show it (one GPU
         type, at least ``n_gpus`` feasible GPUs); None: ask the pipeline.
