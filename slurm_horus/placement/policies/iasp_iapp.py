@@ -88,6 +88,14 @@ class IaspIapp(Policy):
             return None
         return NO_QUALIFYING_GPU
 
+    def wait_epoch(self, state, ctx):
+        """:meth:`wait_reason` reads, besides the cluster, only the pair table (its measurements and
+        classes); not the clock, nor the job's duration."""
+        if type(self).wait_reason is not IaspIapp.wait_reason or type(self)._too_few_nodes is not IaspIapp._too_few_nodes \
+                or self.pairs is None:
+            return None
+        return ("iasp-iapp", self.pairs.n_observations, len(state.classes.names), id(self.pairs.classes))
+
     def _too_few_nodes(self, state, feasible, c, req) -> bool:
         """Whether fewer nodes than the job asks have ``gpus_per_node`` GPUs it may use (free, or
         running one job next to which its predicted performance is at least ``min_tput``): then
