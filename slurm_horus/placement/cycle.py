@@ -387,27 +387,34 @@ KNOWN_WAIT = "waits as a job of the same request expected to run no longer did o
 
 
 class KnownWaits:
-    """Waits the policy answered (``Policy.wait_reason``), kept from cycle to cycle while the cluster
-    does not change: per request (:func:`request_shape` less the duration), the least expected
-    duration that waits. A policy's ``wait_epoch`` says what else its waits read; under an equal
-    token, on the same cluster version, a wait holds at a later time and for a job expected to run no
-    shorter (``Policy.wait_epoch``). A saturated queue is asked again at every arrival and every
-    cycle: the cycle answers from here what it was already told. Kept by the queue."""
+    """Waits the policy answered (``Policy.wait_reason``), kept from cycle to cycle while no job leaves
+    the cluster: per request (:func:`request_shape` less the duration), the least expected duration
+    that waits. A policy's ``wait_epoch`` says what else its waits read; under an equal token a wait
+    holds at a later time, after more jobs were placed (a placement only takes room), and for a job
+    expected to run no shorter (``Policy.wait_epoch``). A saturated queue is asked again at every
+    arrival and after every start: the cycle answers from here what it was already told. A job that
+    leaves (the cluster's change log shows a release) starts them over. Kept by the queue."""
 
     def __init__(self):
-        self._key = None  # (state, its version, the policy's token)
+        self._state = None
+        self._token = None
+        self._seen = 0  # the position in the state's change log read up to
         self._since = 0.0  # the latest time a wait was kept at
         self._waits: Dict[tuple, float] = {}
 
     def at(self, state: ClusterState, token: Optional[tuple], now: float) -> Optional[Dict[tuple, float]]:
-        """The waits that hold on ``state`` (this version of it) under ``token`` at ``now``, to read
-        and add to (None: the policy keeps none)."""
+        """The waits that hold on ``state`` as it is now under ``token`` at ``now``, to read and add to
+        (None: the policy keeps none)."""
         if token is None:
-            self._key, self._waits = None, {}
+            self._state, self._waits = None, {}
             return None
-        key = (state, state.version, token)
-        if self._key is None or now < self._since or self._key[0] is not state or self._key[1:] != key[1:]:
-            self._key, self._waits = key, {}
+        base, changes = state.changes_base, state.changes
+        fresh = self._state is not state or self._token != token or now < self._since or self._seen < base
+        if not fresh:
+            fresh = any(sign < 0 for sign, _ in changes[self._seen - base:])  # a job left: room may be back
+        if fresh:
+            self._state, self._token, self._waits = state, token, {}
+        self._seen = base + len(changes)
         self._since = now
         return self._waits
 

@@ -260,11 +260,12 @@ class Policy:
         clock, as a token; None (the base policy): nothing is kept from one cycle to the next.
 
         A policy that gives a token promises that a wait its :meth:`wait_reason` answered stays a
-        wait (:meth:`decide` places nothing) on the same cluster version, under an equal token, at any
-        later time, for any job of the same request (:func:`~.cycle.request_shape` less the duration)
-        expected to run no shorter when the policy ``uses_duration``. The cycle then answers those
-        without asking, from cycle to cycle while the cluster does not change (the queue keeps them:
-        a saturated queue is asked again at every arrival)."""
+        wait (:meth:`decide` places nothing) under an equal token, on the same cluster or one where
+        more jobs were placed since (a placement only takes room: a free GPU becomes busy, a shared
+        one full), at any later time, for any job of the same request (:func:`~.cycle.request_shape`
+        less the duration) expected to run no shorter when the policy ``uses_duration``. The cycle
+        then answers those without asking, from cycle to cycle until a job leaves (the queue keeps
+        them: a saturated queue is asked again at every arrival and after every start)."""
         return None
 
     def node_mask(self, state: ClusterState, req: JobRequest) -> np.ndarray:

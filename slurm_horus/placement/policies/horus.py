@@ -252,9 +252,10 @@ class Horus(Policy):
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its
         measurements and classes), the pressure, the window's best partners (the class tests) and
-        whether the workload is fractional. With these fixed, a wait holds later and for a longer job:
-        every share limit is e_b / ρ or a constant (the remaining times e_b only shrink), the job's
-        E_a is compared against them, and the free GPUs are the cluster's."""
+        whether the workload is fractional. With these fixed, a wait holds later, after placements and
+        for a longer job: every share limit is e_b / ρ or a constant (the remaining times e_b only
+        shrink), the job's E_a is compared against them, and a placement only turns a GPU that may
+        take the job into one that may not (a free one busy, a shared one full)."""
         if type(self).wait_reason is not Horus.wait_reason or type(self).decide_quickly is not Horus.decide_quickly \
                 or type(self)._class_tests is not Horus._class_tests or self.pairs is None \
                 or len(state.gpu_types) != 1 or self.min_tput <= 0:
@@ -264,6 +265,7 @@ class Horus(Policy):
         if window is not None and len(window):
             self._partner_by_class(Cycle(state, None, ctx, -1), window)
             partners = ctx.extra[("_best_partner_key", id(self), state.gpu_types[0])]
+        # (without the pressure every waiting job asks for at most the free GPUs: the free-GPU rule)
         return ("horus", self.pairs.n_observations, len(state.classes.names), id(self.pairs.classes),
                 ctx.waiting_gpus > state.n_free, partners, self._fractional_workload())
 

@@ -90,7 +90,8 @@ class IaspIapp(Policy):
 
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster, only the pair table (its measurements and
-        classes); not the clock, nor the job's duration."""
+        classes); not the clock, nor the job's duration. A placement only takes GPUs the job could
+        use (a free one busy, a shared one full): a wait holds after it."""
         if type(self).wait_reason is not IaspIapp.wait_reason or type(self)._too_few_nodes is not IaspIapp._too_few_nodes \
                 or self.pairs is None:
             return None

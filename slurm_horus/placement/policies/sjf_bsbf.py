@@ -302,9 +302,10 @@ class SJFBSBF(SJFMixin, Policy):
 
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster and the clock, only the pair table (its
-        measurements and classes): a wait holds later and for a longer job, since every share limit is
-        e_b / ρ or a constant (the remaining times e_b only shrink) and the job's E_a is compared
-        against them."""
+        measurements and classes): a wait holds later, after placements and for a longer job, since
+        every share limit is e_b / ρ or a constant (the remaining times e_b only shrink), the job's
+        E_a is compared against them, and a placement only turns a GPU that may take the job into one
+        that may not (a free one busy, a shared one full)."""
         if type(self).wait_reason is not SJFBSBF.wait_reason or type(self).decide_quickly is not SJFBSBF.decide_quickly \
                 or type(self)._quick_wait is not SJFBSBF._quick_wait or self.pairs is None:
             return None
