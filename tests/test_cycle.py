@@ -478,3 +478,33 @@ def test_a_wait_kept_is_asked_again_once_its_pair_is_measured(rule):
     start, order = placer(state, policy, now=20.0)
     run_cycle(state, policy, queue, 20.0, start)
     assert order == ["big"]
+
+
+def test_a_wait_kept_under_a_better_partner_is_asked_again_once_it_leaves_the_window():
+    """horus keeps a wait while the window's best partners only rise (its class tests only get
+    harder): a job kept waiting for a better partner of the residents in the window (combined
+    throughput 1.6 against 1.9, slack 0.1) starts once that partner's job leaves the queue."""
+    from slurm_horus.placement import PairTable
+    from slurm_horus.placement.policies.horus import Horus
+    from test_placement import TablePredictor
+
+    values = {(x, y): 0.5 for x in "abcp" for y in "abcp"}
+    values.update({("p", "a"): 0.95, ("a", "p"): 0.95, ("b", "a"): 0.8, ("a", "b"): 0.8})
+    values.update({(x, "c"): 0.0 for x in "abcp"})
+    values.update({("c", x): 0.0 for x in "abcp"})
+    state = cluster(nodes=2, gpus=2)
+    # (without the short-next-to-long exception, which would take b0 next to such long residents)
+    policy = Horus(PairTable(TablePredictor(values), state.classes), bsbf_gain=0.0)
+    for g in range(4):
+        state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
+    queue = PendingQueue(policy)
+    queue.add(req("p0", duration=100.0, cls="p", partition="elsewhere"))  # in the window, placed nowhere
+    queue.add(req("c0", duration=200.0, cls="c", submit=1.0))  # asked before b0: builds the feasible GPUs
+    queue.add(req("b0", duration=600.0, cls="b", submit=2.0))
+    start, order = placer(state, policy, now=10.0)
+    first = run_cycle(state, policy, queue, 10.0, start)
+    assert order == [] and set(first.waiting) == {"p0", "c0", "b0"}
+    queue.remove("p0")  # cancelled: the residents' best partner in the window is now b0's class
+    start, order = placer(state, policy, now=20.0)
+    run_cycle(state, policy, queue, 20.0, start)
+    assert order == ["b0"]

@@ -400,20 +400,24 @@ class KnownWaits:
         self._token = None
         self._seen = 0  # the position in the state's change log read up to
         self._since = 0.0  # the latest time a wait was kept at
-        self._waits: Dict[tuple, float] = {}
+        self._waits: Dict[tuple, tuple] = {}
 
-    def at(self, state: ClusterState, token: Optional[tuple], now: float) -> Optional[Dict[tuple, float]]:
-        """The waits that hold on ``state`` as it is now under ``token`` at ``now``, to read and add to
-        (None: the policy keeps none)."""
+    def at(self, state: ClusterState, token: Optional[tuple], now: float,
+           holds: Callable[[tuple, tuple], bool] = tuple.__eq__) -> Optional[Dict[tuple, tuple]]:
+        """The waits that hold on ``state`` as it is now under ``token`` at ``now`` (``holds(old,
+        new)``: the policy's ``wait_holds``), to read and add to: request -> (the least expected
+        duration known to wait, the policy's ``wait_stamp`` then). None: the policy keeps none."""
         if token is None:
             self._state, self._waits = None, {}
             return None
         base, changes = state.changes_base, state.changes
-        fresh = self._state is not state or self._token != token or now < self._since or self._seen < base
+        fresh = self._state is not state or now < self._since or self._seen < base \
+            or (self._token != token and not holds(self._token, token))
         if not fresh:
             fresh = any(sign < 0 for sign, _ in changes[self._seen - base:])  # a job left: room may be back
         if fresh:
-            self._state, self._token, self._waits = state, token, {}
+            self._state, self._waits = state, {}
+        self._token = token
         self._seen = base + len(changes)
         self._since = now
         return self._waits
@@ -475,6 +479,7 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     prune = not reclaiming and not explain
     knows_waits = prune and type(policy).wait_reason is not Policy.wait_reason
     carry = knows_waits and type(policy).wait_epoch is not Policy.wait_epoch
+    stamped = type(policy).wait_stamp is not Policy.wait_stamp
     known = None  # request -> the least expected duration known to wait (KnownWaits), for this version
     known_version = -1  # the cluster version ``known`` was taken at
     shapes = queue._shapes
@@ -513,7 +518,7 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                 continue
         if knows_waits:
             if carry and known_version != state.version:
-                known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now)
+                known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now, policy.wait_holds)
                 known_version = state.version
             if known is None:
                 reason = policy.wait_reason(state, req, ctx)
@@ -521,12 +526,13 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                 request = shapes[shape][1][:-1]
                 least = known.get(request)
                 expected = req.expected_duration() if policy.uses_duration else 0.0
-                if least is not None and expected >= least:
+                stamp = policy.wait_stamp(req) if stamped else None
+                if least is not None and expected >= least[0] and stamp == least[1]:
                     reason = KNOWN_WAIT  # asked, it would wait (its reason may differ)
                 else:
                     reason = policy.wait_reason(state, req, ctx)
                     if reason is not None:
-                        known[request] = expected
+                        known[request] = (expected, stamp)
             if reason is not None:  # what decide would answer, known from this cycle's decisions
                 failed.add(shape)
                 result.waiting[req.job_id] = reason

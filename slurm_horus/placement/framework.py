@@ -268,6 +268,16 @@ class Policy:
         them: a saturated queue is asked again at every arrival and after every start)."""
         return None
 
+    def wait_holds(self, old: tuple, new: tuple) -> bool:
+        """Whether the waits answered under the token ``old`` (:meth:`wait_epoch`) hold under ``new``
+        (the base: the same token)."""
+        return old == new
+
+    def wait_stamp(self, req: JobRequest):
+        """What else a wait of ``req`` reads that is not in :meth:`wait_epoch`'s token, as a value a
+        kept wait is checked against (None: nothing; e.g. the measurements of the job's class)."""
+        return None
+
     def node_mask(self, state: ClusterState, req: JobRequest) -> np.ndarray:
         """Nodes a CPU-only job may use: partition, CPUs and host memory."""
         parts = self.partitions_of(req)

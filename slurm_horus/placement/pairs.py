@@ -65,6 +65,7 @@ class PairTable:
         self._filled: Dict[str, int] = {}
         self._observed: Dict[Tuple[str, str, str], Tuple[float, int]] = {}
         self.n_observations = 0
+        self.measured: Dict[str, int] = {}  # class -> measured pairs it is part of (either side)
         # the latest pairs measured, (gpu_type, target id, corunner id): what a cache of values derived
         # from the matrices refreshes (changes_since)
         self._log: Deque[Tuple[str, int, int]] = deque(maxlen=LOG_KEEP)
@@ -132,6 +133,8 @@ class PairTable:
         mean = (mean * count + float(norm_tput)) / (count + 1)
         self._observed[key] = (mean, count + 1)
         self.n_observations += 1
+        for name in {target, corunner}:
+            self.measured[name] = self.measured.get(name, 0) + 1
         mat = self.matrix(gpu_type)
         mat[a, b] = mean
         self._log.append((gpu_type, a, b))

@@ -250,12 +250,13 @@ class Horus(Policy):
         return "no free GPU and no pair predicted worth sharing"
 
     def wait_epoch(self, state, ctx):
-        """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its
-        measurements and classes), the pressure, the window's best partners (the class tests) and
-        whether the workload is fractional. With these fixed, a wait holds later, after placements and
-        for a longer job: every share limit is e_b / ρ or a constant (the remaining times e_b only
-        shrink), the job's E_a is compared against them, and a placement only turns a GPU that may
-        take the job into one that may not (a free one busy, a shared one full)."""
+        """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its classes;
+        the measurements of the job's class, :meth:`wait_stamp`), the pressure, the window's best
+        partners (the class tests) and whether the workload is fractional. With these fixed, a wait
+        holds later, after placements and for a longer job: every share limit is e_b / ρ or a
+        constant (the remaining times e_b only shrink), the job's E_a is compared against them, and a
+        placement only turns a GPU that may take the job into one that may not (a free one busy, a
+        shared one full)."""
         if type(self).wait_reason is not Horus.wait_reason or type(self).decide_quickly is not Horus.decide_quickly \
                 or type(self)._class_tests is not Horus._class_tests or self.pairs is None \
                 or len(state.gpu_types) != 1 or self.min_tput <= 0:
@@ -266,8 +267,24 @@ class Horus(Policy):
             self._partner_by_class(Cycle(state, None, ctx, -1), window)
             partners = ctx.extra[("_best_partner_key", id(self), state.gpu_types[0])]
         # (without the pressure every waiting job asks for at most the free GPUs: the free-GPU rule)
-        return ("horus", self.pairs.n_observations, len(state.classes.names), id(self.pairs.classes),
-                ctx.waiting_gpus > state.n_free, partners, self._fractional_workload())
+        return ("horus", len(state.classes.names), id(self.pairs.classes), ctx.waiting_gpus > state.n_free,
+                self._fractional_workload(), partners)
+
+    def wait_holds(self, old, new):
+        """The waits hold while the window's best partners only rose (the class tests then only get
+        harder to pass: combined ≥ best partner − slack), the rest of the token equal."""
+        if old[:-1] != new[:-1]:
+            return False
+        if old[-1] == new[-1]:
+            return True
+        if old[-1] is None or new[-1] is None or len(old[-1]) != len(new[-1]):
+            return False
+        return bool((np.frombuffer(new[-1]) >= np.frombuffer(old[-1])).all())
+
+    def wait_stamp(self, req):
+        """A job's waits read the pair table's rows and columns of its class only (the window's best
+        partners are in the token): the measurements its class is part of."""
+        return self.pairs.measured.get(req.job_class, 0)
 
     def _multi_wait(self, cycle, feasible):
         """The reason the pipeline gives a multi-GPU job that must wait, when it is known without
