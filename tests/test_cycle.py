@@ -36,6 +36,21 @@ def placer(state, policy, now=0.0):
     return start, order
 
 
+def waits_then_starts(state, policy, jobs, between) -> list:
+    """A cycle at t=10 in which every one of ``jobs`` waits, then ``between(queue)``, then a cycle at
+    t=20: the jobs that one starts (kept waits, KnownWaits, must not hide them)."""
+    queue = PendingQueue(policy)
+    for r in jobs:
+        queue.add(r)
+    start, order = placer(state, policy, now=10.0)
+    first = run_cycle(state, policy, queue, 10.0, start)
+    assert order == [] and set(first.waiting) == {r.job_id for r in jobs}
+    between(queue)
+    start, order = placer(state, policy, now=20.0)
+    run_cycle(state, policy, queue, 20.0, start)
+    return order
+
+
 def test_pending_queue_keeps_policy_order_and_totals():
     queue = PendingQueue(SJF())
     queue.add(req("long", 300, gpus=2))
@@ -440,16 +455,10 @@ def test_a_wait_kept_without_pressure_is_asked_again_under_pressure():
     policy = Horus(PairTable(TablePredictor(values), state.classes))
     for node in range(4):
         state.place(RunningJob(f"r{node}", "a", (2 * node + 1,), 0.0, 50000.0))
-    queue = PendingQueue(policy)
-    queue.add(req("c0", duration=300.0, gpus=2, cls="c"))  # asked first: builds the cycle's feasible GPUs
-    queue.add(req("big", duration=600.0, gpus=2, cls="b"))
-    start, order = placer(state, policy, now=10.0)
-    quiet = run_cycle(state, policy, queue, 10.0, start)
-    assert order == [] and set(quiet.waiting) == {"c0", "big"}  # 4 GPUs wanted, 4 free, none on one node
-    queue.add(req("late", duration=900.0, gpus=2, cls="c", submit=20.0))  # 6 wanted, 4 free
-    start, order = placer(state, policy, now=20.0)
-    run_cycle(state, policy, queue, 20.0, start)
-    assert order == ["big"]  # next to the residents of class a
+    # c0 is asked first (it builds the cycle's feasible GPUs); 4 GPUs wanted, 4 free, none on one node
+    jobs = [req("c0", duration=300.0, gpus=2, cls="c"), req("big", duration=600.0, gpus=2, cls="b")]
+    late = req("late", duration=900.0, gpus=2, cls="c", submit=20.0)  # then 6 wanted, 4 free
+    assert waits_then_starts(state, policy, jobs, lambda queue: queue.add(late)) == ["big"]  # next to class a
 
 
 @pytest.mark.parametrize("rule", ["horus", "sjf-bsbf", "iasp-iapp"])
@@ -467,17 +476,14 @@ def test_a_wait_kept_is_asked_again_once_its_pair_is_measured(rule):
     policy = {"horus": Horus, "sjf-bsbf": SJFBSBF, "iasp-iapp": IaspIapp}[rule](table)
     for g in range(4):
         state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
-    queue = PendingQueue(policy)
-    queue.add(req("c0", duration=300.0, gpus=2, cls="c"))  # asked first: builds the cycle's feasible GPUs
-    queue.add(req("big", duration=600.0, gpus=2, cls="b", submit=1.0))
-    start, order = placer(state, policy, now=10.0)
-    first = run_cycle(state, policy, queue, 10.0, start)
-    assert order == [] and set(first.waiting) == {"c0", "big"}
-    policy.observe("v100", "b", "a", 0.95)
-    policy.observe("v100", "a", "b", 0.95)
-    start, order = placer(state, policy, now=20.0)
-    run_cycle(state, policy, queue, 20.0, start)
-    assert order == ["big"]
+    # c0 is asked first: it builds the cycle's feasible GPUs
+    jobs = [req("c0", duration=300.0, gpus=2, cls="c"), req("big", duration=600.0, gpus=2, cls="b", submit=1.0)]
+
+    def measured(queue):
+        policy.observe("v100", "b", "a", 0.95)
+        policy.observe("v100", "a", "b", 0.95)
+
+    assert waits_then_starts(state, policy, jobs, measured) == ["big"]
 
 
 def test_a_wait_kept_under_a_better_partner_is_asked_again_once_it_leaves_the_window():
@@ -497,14 +503,34 @@ def test_a_wait_kept_under_a_better_partner_is_asked_again_once_it_leaves_the_wi
     policy = Horus(PairTable(TablePredictor(values), state.classes), bsbf_gain=0.0)
     for g in range(4):
         state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
-    queue = PendingQueue(policy)
-    queue.add(req("p0", duration=100.0, cls="p", partition="elsewhere"))  # in the window, placed nowhere
-    queue.add(req("c0", duration=200.0, cls="c", submit=1.0))  # asked before b0: builds the feasible GPUs
-    queue.add(req("b0", duration=600.0, cls="b", submit=2.0))
-    start, order = placer(state, policy, now=10.0)
-    first = run_cycle(state, policy, queue, 10.0, start)
-    assert order == [] and set(first.waiting) == {"p0", "c0", "b0"}
-    queue.remove("p0")  # cancelled: the residents' best partner in the window is now b0's class
-    start, order = placer(state, policy, now=20.0)
-    run_cycle(state, policy, queue, 20.0, start)
-    assert order == ["b0"]
+    jobs = [req("p0", duration=100.0, cls="p", partition="elsewhere"),  # in the window, placed nowhere
+            req("c0", duration=200.0, cls="c", submit=1.0),  # asked before b0: builds the feasible GPUs
+            req("b0", duration=600.0, cls="b", submit=2.0)]
+    # p0 cancelled: the residents' best partner in the window is then b0's class
+    assert waits_then_starts(state, policy, jobs, lambda queue: queue.remove("p0")) == ["b0"]
+
+
+def test_a_kept_wait_of_sjf_bsbf_is_asked_again_once_a_smaller_batch_of_it_is_measured():
+    """sjf-bsbf's share limits read the pairs of the job's sub-batched variants too: its stamp holds
+    their measurements. resnet50-bs64 fits next to lm-bs20 in no variant, as predicted; once the
+    32-sample variant is measured to fit, the job is asked again and starts sub-batched."""
+    from slurm_horus.placement import PairTable
+    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
+    from test_placement import TablePredictor
+
+    state = cluster(nodes=1, gpus=2)
+    for name in ("resnet50-bs16", "resnet50-bs32", "resnet50-bs64", "lm-bs20", "x"):
+        state.classes.id(name)
+    solo = {("v100", "resnet50-bs64"): 4.0, ("v100", "resnet50-bs32"): 7.0, ("v100", "resnet50-bs16"): 12.0}
+    policy = SJFBSBF(PairTable(TablePredictor({}, default=0.0), state.classes), solo_tput=solo)  # nothing fits
+    for g in range(2):
+        state.place(RunningJob(f"r{g}", "lm-bs20", (g,), 0.0, 5000.0))
+    # x0 is asked first: it builds the cycle's feasible GPUs
+    jobs = [req("x0", duration=50.0, cls="x"), req("n", duration=100.0, cls="resnet50-bs64", submit=1.0)]
+
+    def measured(queue):
+        policy.observe("v100", "resnet50-bs32", "lm-bs20", 0.8)
+        policy.observe("v100", "lm-bs20", "resnet50-bs32", 0.8)
+
+    assert waits_then_starts(state, policy, jobs, measured) == ["n"]
+    assert state.jobs["n"].job_class == "resnet50-bs32"

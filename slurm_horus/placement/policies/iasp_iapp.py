@@ -89,13 +89,18 @@ class IaspIapp(Policy):
         return NO_QUALIFYING_GPU
 
     def wait_epoch(self, state, ctx):
-        """:meth:`wait_reason` reads, besides the cluster, only the pair table (its measurements and
-        classes); not the clock, nor the job's duration. A placement only takes GPUs the job could
-        use (a free one busy, a shared one full): a wait holds after it."""
+        """:meth:`wait_reason` reads, besides the cluster, only the pair table (its classes; the
+        measurements of the job's class, :meth:`wait_stamp`); not the clock, nor the job's duration.
+        A placement only takes GPUs the job could use (a free one busy, a shared one full): a wait
+        holds after it."""
         if type(self).wait_reason is not IaspIapp.wait_reason or type(self)._too_few_nodes is not IaspIapp._too_few_nodes \
                 or self.pairs is None:
             return None
-        return ("iasp-iapp", self.pairs.n_observations, len(state.classes.names), id(self.pairs.classes))
+        return ("iasp-iapp", len(state.classes.names), id(self.pairs.classes))
+
+    def wait_stamp(self, req):
+        """A job's wait reads the pair table's row of its class only: the measurements of its pairs."""
+        return self.pairs.measured.get(req.job_class, 0)
 
     def _too_few_nodes(self, state, feasible, c, req) -> bool:
         """Whether fewer nodes than the job asks have ``gpus_per_node`` GPUs it may use (free, or

@@ -302,14 +302,24 @@ class SJFBSBF(SJFMixin, Policy):
 
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster and the clock, only the pair table (its
-        measurements and classes): a wait holds later, after placements and for a longer job, since
-        every share limit is e_b / ρ or a constant (the remaining times e_b only shrink), the job's
-        E_a is compared against them, and a placement only turns a GPU that may take the job into one
-        that may not (a free one busy, a shared one full)."""
+        classes; the measurements of the job's class, :meth:`wait_stamp`): a wait holds later, after
+        placements and for a longer job, since every share limit is e_b / ρ or a constant (the
+        remaining times e_b only shrink), the job's E_a is compared against them, and a placement
+        only turns a GPU that may take the job into one that may not (a free one busy, a shared one
+        full)."""
         if type(self).wait_reason is not SJFBSBF.wait_reason or type(self).decide_quickly is not SJFBSBF.decide_quickly \
                 or type(self)._quick_wait is not SJFBSBF._quick_wait or self.pairs is None:
             return None
-        return ("sjf-bsbf", self.pairs.n_observations, len(state.classes.names), id(self.pairs.classes))
+        return ("sjf-bsbf", len(state.classes.names), id(self.pairs.classes))
+
+    def wait_stamp(self, req):
+        """A job's share limits read ρ's row of its class only: the pairs of its class and, with
+        sub-batching, of its smaller-batch variants (:class:`ShareRatios`) — their measurements."""
+        measured = self.pairs.measured
+        if not self.sub_batch:
+            return measured.get(req.job_class, 0)
+        variants = self._smaller_batches(req.job_class, self.pairs.classes.names)
+        return (measured.get(req.job_class, 0),) + tuple(measured.get(v, 0) for _, _, v in variants)
 
     def _quick_wait(self, state, feasible, c, req, now) -> Optional[str]:
         """The reason the pipeline gives a job that must wait, when the share limits show it (one GPU
