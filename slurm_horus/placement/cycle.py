@@ -20,10 +20,10 @@ it is asked about and in what order:
   asked again (the scheduling framework's equivalence class cache; Slurm's main scheduler likewise
   skips a job whose resource request already failed in this pass);
 * **known waits** — a wait the policy answered from the cycle's earlier decisions (``wait_reason``)
-  is kept by the queue while the cluster does not change (:class:`KnownWaits`): a later cycle, or a
-  job of the same request expected to run no shorter, is answered from it without asking, when the
-  policy's ``wait_epoch`` says what else its waits read (a saturated queue is asked again at every
-  arrival);
+  is kept by the queue until a job leaves the cluster (:class:`KnownWaits`): a later question, in
+  this cycle or a later one, about a job of the same request expected to run no shorter is answered
+  from it without asking, when the policy's ``wait_epoch`` says what else its waits read (a
+  saturated queue is asked again at every arrival and after every start);
 * **free capacity** — a cycle stops as soon as no job could start at all (no free GPU, no slot a
   sharing policy could use), checked again only when the cluster changed; an exclusive policy's
   cycle walks only the jobs that ask for at most the free GPUs (the queue keeps one sorted list
@@ -480,7 +480,7 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     knows_waits = prune and type(policy).wait_reason is not Policy.wait_reason
     carry = knows_waits and type(policy).wait_epoch is not Policy.wait_epoch
     stamped = type(policy).wait_stamp is not Policy.wait_stamp
-    known = None  # request -> the least expected duration known to wait (KnownWaits), for this version
+    known = None  # request -> (least expected duration known to wait, the policy's stamp): KnownWaits
     known_version = -1  # the cluster version ``known`` was taken at
     shapes = queue._shapes
     width = state.node_gpu_table.shape[1]
