@@ -238,16 +238,22 @@ class Policy:
         return cache[1], shape
 
     def cycle_feasible(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> Optional[Feasible]:
-        """What :meth:`wait_reason` reads: the feasible GPUs an earlier decision of this cycle found for
-        ``req``'s shape on this cluster version, when the decision's class is known and it asks for at
-        least as many GPUs as there are (None: no such decision yet, the class is new, too few GPUs,
-        or the policy filters on its own)."""
+        """What :meth:`wait_reason` reads: the feasible GPUs of ``req``'s shape on this cluster version,
+        as :meth:`decide` finds them (kept for the cycle's later decisions; found here, after decide's
+        first steps, when no decision of this cycle needed them yet), when the decision's class is
+        known and it asks for at least as many GPUs as there are (None: the class is new, too few
+        GPUs, or the policy filters on its own)."""
         if type(self)._feasible is not Policy._feasible or type(self).filter_gpus is not Policy.filter_gpus \
                 or type(self).partitions_of is not Policy.partitions_of or req.job_class not in state.classes.ids:
             return None
         cache, shape = self._feasible_cache(state, req, ctx)
         feasible = cache.get(shape)
-        return feasible if feasible is not None and len(feasible.idx) >= req.n_gpus else None
+        if feasible is None:
+            state.build()  # as decide: the cluster's arrays, the pair tables on its classes
+            for table in self.pair_tables():
+                table.bind(state.classes)
+            feasible = self._feasible(Cycle(state, req, ctx, state.classes.ids[req.job_class]))
+        return feasible if len(feasible.idx) >= req.n_gpus else None
 
     def wait_reason(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> Optional[str]:
         """Why ``req`` must wait, when the policy already knows it from this cycle's earlier decisions
