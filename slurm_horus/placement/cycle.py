@@ -19,7 +19,7 @@ it is asked about and in what order:
 * **equivalence cache** — a request identical to one that did not fit since the last start is not
   asked again (the scheduling framework's equivalence class cache; Slurm's main scheduler likewise
   skips a job whose resource request already failed in this pass);
-* **known waits** — a wait the policy answered from the cycle's earlier decisions (``wait_reason``)
+* **known waits** — a wait the policy answered from the feasible GPUs (``wait_reason``)
   is kept by the queue until a job leaves the cluster (:class:`KnownWaits`): a later question, in
   this cycle or a later one, about a job of the same request expected to run no shorter is answered
   from it without asking, when the policy's ``wait_epoch`` says what else its waits read (a

@@ -256,9 +256,10 @@ class Policy:
         return feasible if len(feasible.idx) >= req.n_gpus else None
 
     def wait_reason(self, state: ClusterState, req: JobRequest, ctx: SchedulingContext) -> Optional[str]:
-        """Why ``req`` must wait, when the policy already knows it from this cycle's earlier decisions
-        on this cluster version (the reason :meth:`decide` would give); None: ask :meth:`decide`.
-        The cycle asks this first (not when reclaiming or explaining); the base policy never knows."""
+        """Why ``req`` must wait, when the policy knows it from the feasible GPUs of its shape on this
+        cluster version (:meth:`cycle_feasible`; the reason :meth:`decide` would give); None: ask
+        :meth:`decide`. The cycle asks this first (not when reclaiming or explaining); the base
+        policy never knows."""
         return None
 
     def wait_epoch(self, state: ClusterState, ctx: SchedulingContext) -> Optional[tuple]:

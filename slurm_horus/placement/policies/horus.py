@@ -230,7 +230,7 @@ class Horus(Policy):
     def wait_reason(self, state, req, ctx):
         """The wait :meth:`decide_quickly` would answer (no free feasible GPU, under pressure, no pair
         that may pass: :meth:`_waits`), from this cycle's feasible GPUs for the request's shape on this
-        cluster version (``Feasible``, built by an earlier decision), without building the decision."""
+        cluster version (``Feasible``, :meth:`cycle_feasible`), without building the decision."""
         if type(self).decide_quickly is not Horus.decide_quickly or req.n_gpus == 0 or req.gpu_units > 0:
             return None
         if len(state.gpu_types) != 1 or self.min_tput <= 0 or type(self)._class_tests is not Horus._class_tests \

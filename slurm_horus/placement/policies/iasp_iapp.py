@@ -82,7 +82,7 @@ class IaspIapp(Policy):
 
     def wait_reason(self, state, req, ctx):
         """The wait :meth:`decide_quickly` would answer, from this cycle's feasible GPUs for the
-        request's shape on this cluster version (``Feasible``, built by an earlier decision)."""
+        request's shape on this cluster version (``Feasible``, :meth:`cycle_feasible`)."""
         feasible = self.cycle_feasible(state, req, ctx) if req.n_gpus else None
         if feasible is None or not self._too_few_nodes(state, feasible, state.classes.ids[req.job_class], req):
             return None

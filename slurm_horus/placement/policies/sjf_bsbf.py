@@ -290,7 +290,7 @@ class SJFBSBF(SJFMixin, Policy):
 
     def wait_reason(self, state, req, ctx):
         """The wait :meth:`decide_quickly` would answer, from this cycle's feasible GPUs for the
-        request's shape on this cluster version (``Feasible``, built by an earlier decision), without
+        request's shape on this cluster version (``Feasible``, :meth:`cycle_feasible`), without
         building the decision: most of a saturated queue waits, and the cycle asks this first."""
         if self.pairs is None or req.n_gpus == 0 or req.gpu_units > 0 or len(state.gpu_types) != 1 \
                 or type(self).decide_quickly is not SJFBSBF.decide_quickly:
