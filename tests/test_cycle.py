@@ -36,6 +36,19 @@ def placer(state, policy, now=0.0):
     return start, order
 
 
+def table_policy(rule, state, values, **options):
+    """A policy of ``rule`` (horus, sjf-bsbf, iasp-iapp) on a pair table of ``values`` ((class, class)
+    -> throughput, or a TablePredictor) over ``state``'s classes."""
+    from slurm_horus.placement import PairTable
+    from slurm_horus.placement.policies.horus import Horus
+    from slurm_horus.placement.policies.iasp_iapp import IaspIapp
+    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
+    from test_placement import TablePredictor
+
+    predictor = values if isinstance(values, TablePredictor) else TablePredictor(values)
+    return {"horus": Horus, "sjf-bsbf": SJFBSBF, "iasp-iapp": IaspIapp}[rule](PairTable(predictor, state.classes), **options)
+
+
 def waits_then_starts(state, policy, jobs, between) -> list:
     """A cycle at t=10 in which every one of ``jobs`` waits, then ``between(queue)``, then a cycle at
     t=20: the jobs that one starts (kept waits, KnownWaits, must not hide them)."""
@@ -333,12 +346,6 @@ def test_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them(rul
     job's wait, ``KNOWN_WAIT``, waits there too)."""
     import numpy as np
 
-    from slurm_horus.placement import PairTable
-    from slurm_horus.placement.policies.horus import Horus
-    from slurm_horus.placement.policies.iasp_iapp import IaspIapp
-    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
-    from test_placement import TablePredictor
-
     rng = np.random.default_rng(23)
     classes = [f"k{i}" for i in range(4)]
     answered = carried = 0
@@ -348,8 +355,7 @@ def test_waits_known_from_the_cycle_give_the_cycle_it_would_run_without_them(rul
         runs = []
         for known in (True, False):
             state = cluster(nodes=3, gpus=2)
-            table = PairTable(TablePredictor(values), state.classes)
-            policy = {"horus": Horus, "sjf-bsbf": SJFBSBF, "iasp-iapp": IaspIapp}[rule](table)
+            policy = table_policy(rule, state, values)
             if not known:
                 policy.wait_reason = lambda *a: None
             for g in range(6):
@@ -387,12 +393,6 @@ def test_waits_kept_from_cycle_to_cycle_give_the_cycles_that_ask_every_job(rule)
     same decisions and leave the same jobs waiting as cycles that ask every job."""
     import numpy as np
 
-    from slurm_horus.placement import PairTable
-    from slurm_horus.placement.policies.horus import Horus
-    from slurm_horus.placement.policies.iasp_iapp import IaspIapp
-    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
-    from test_placement import TablePredictor
-
     classes = [f"k{i}" for i in range(5)]
     carried = 0
     for trial in range(24):
@@ -402,8 +402,7 @@ def test_waits_kept_from_cycle_to_cycle_give_the_cycles_that_ask_every_job(rule)
         for keep in (True, False):
             draws = np.random.default_rng(trial)
             state = cluster(nodes=3, gpus=2)
-            table = PairTable(TablePredictor(values), state.classes)
-            policy = {"horus": Horus, "sjf-bsbf": SJFBSBF, "iasp-iapp": IaspIapp}[rule](table)
+            policy = table_policy(rule, state, values)
             if not keep:
                 policy.wait_epoch = lambda *a: None
             for g in range(6):
@@ -446,13 +445,9 @@ def test_a_wait_kept_without_pressure_is_asked_again_under_pressure():
     """horus's token holds the pressure: without it a multi-GPU job takes only free GPUs (here one
     free on each node: it waits); once more GPUs are wanted than free, it may also join a resident,
     so the wait kept from the quiet cycle must not answer the busy one."""
-    from slurm_horus.placement import PairTable
-    from slurm_horus.placement.policies.horus import Horus
-    from test_placement import TablePredictor
-
     values = {(x, y): (0.1 if "c" in (x, y) else 0.95) for x in "abc" for y in "abc"}
     state = cluster(nodes=4, gpus=2)
-    policy = Horus(PairTable(TablePredictor(values), state.classes))
+    policy = table_policy("horus", state, values)
     for node in range(4):
         state.place(RunningJob(f"r{node}", "a", (2 * node + 1,), 0.0, 50000.0))
     # c0 is asked first (it builds the cycle's feasible GPUs); 4 GPUs wanted, 4 free, none on one node
@@ -465,15 +460,8 @@ def test_a_wait_kept_without_pressure_is_asked_again_under_pressure():
 def test_a_wait_kept_is_asked_again_once_its_pair_is_measured(rule):
     """The tokens hold the pair table's measurements: a job that waited because its pair with the
     residents was predicted not to fit starts, on the same cluster, once that pair is measured good."""
-    from slurm_horus.placement import PairTable
-    from slurm_horus.placement.policies.horus import Horus
-    from slurm_horus.placement.policies.iasp_iapp import IaspIapp
-    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
-    from test_placement import TablePredictor
-
     state = cluster(nodes=2, gpus=2)
-    table = PairTable(TablePredictor({(x, y): 0.0 for x in "abc" for y in "abc"}), state.classes)  # none fits
-    policy = {"horus": Horus, "sjf-bsbf": SJFBSBF, "iasp-iapp": IaspIapp}[rule](table)
+    policy = table_policy(rule, state, {(x, y): 0.0 for x in "abc" for y in "abc"})  # none fits
     for g in range(4):
         state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
     # c0 is asked first: it builds the cycle's feasible GPUs
@@ -490,17 +478,13 @@ def test_a_wait_kept_under_a_better_partner_is_asked_again_once_it_leaves_the_wi
     """horus keeps a wait while the window's best partners only rise (its class tests only get
     harder): a job kept waiting for a better partner of the residents in the window (combined
     throughput 1.6 against 1.9, slack 0.1) starts once that partner's job leaves the queue."""
-    from slurm_horus.placement import PairTable
-    from slurm_horus.placement.policies.horus import Horus
-    from test_placement import TablePredictor
-
     values = {(x, y): 0.5 for x in "abcp" for y in "abcp"}
     values.update({("p", "a"): 0.95, ("a", "p"): 0.95, ("b", "a"): 0.8, ("a", "b"): 0.8})
     values.update({(x, "c"): 0.0 for x in "abcp"})
     values.update({("c", x): 0.0 for x in "abcp"})
     state = cluster(nodes=2, gpus=2)
     # (without the short-next-to-long exception, which would take b0 next to such long residents)
-    policy = Horus(PairTable(TablePredictor(values), state.classes), bsbf_gain=0.0)
+    policy = table_policy("horus", state, values, bsbf_gain=0.0)
     for g in range(4):
         state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
     jobs = [req("p0", duration=100.0, cls="p", partition="elsewhere"),  # in the window, placed nowhere
@@ -514,15 +498,13 @@ def test_a_kept_wait_of_sjf_bsbf_is_asked_again_once_a_smaller_batch_of_it_is_me
     """sjf-bsbf's share limits read the pairs of the job's sub-batched variants too: its stamp holds
     their measurements. resnet50-bs64 fits next to lm-bs20 in no variant, as predicted; once the
     32-sample variant is measured to fit, the job is asked again and starts sub-batched."""
-    from slurm_horus.placement import PairTable
-    from slurm_horus.placement.policies.sjf_bsbf import SJFBSBF
     from test_placement import TablePredictor
 
     state = cluster(nodes=1, gpus=2)
     for name in ("resnet50-bs16", "resnet50-bs32", "resnet50-bs64", "lm-bs20", "x"):
         state.classes.id(name)
     solo = {("v100", "resnet50-bs64"): 4.0, ("v100", "resnet50-bs32"): 7.0, ("v100", "resnet50-bs16"): 12.0}
-    policy = SJFBSBF(PairTable(TablePredictor({}, default=0.0), state.classes), solo_tput=solo)  # nothing fits
+    policy = table_policy("sjf-bsbf", state, TablePredictor({}, default=0.0), solo_tput=solo)  # nothing fits
     for g in range(2):
         state.place(RunningJob(f"r{g}", "lm-bs20", (g,), 0.0, 5000.0))
     # x0 is asked first: it builds the cycle's feasible GPUs

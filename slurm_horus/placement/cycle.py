@@ -520,19 +520,18 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
             if carry and known_version != state.version:
                 known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now, policy.wait_holds)
                 known_version = state.version
-            if known is None:
-                reason = policy.wait_reason(state, req, ctx)
-            else:
+            least = None
+            if known is not None:
                 request = shapes[shape][1][:-1]
                 least = known.get(request)
                 expected = req.expected_duration() if policy.uses_duration else 0.0
                 stamp = policy.wait_stamp(req) if stamped else None
-                if least is not None and expected >= least[0] and stamp == least[1]:
-                    reason = KNOWN_WAIT  # asked, it would wait (its reason may differ)
-                else:
-                    reason = policy.wait_reason(state, req, ctx)
-                    if reason is not None:
-                        known[request] = (expected, stamp)
+            if least is not None and expected >= least[0] and stamp == least[1]:
+                reason = KNOWN_WAIT  # asked, it would wait (its reason may differ)
+            else:
+                reason = policy.wait_reason(state, req, ctx)
+                if reason is not None and known is not None:
+                    known[request] = (expected, stamp)
             if reason is not None:  # what decide would answer, known from this cycle's decisions
                 failed.add(shape)
                 result.waiting[req.job_id] = reason
