@@ -19,9 +19,9 @@ def cluster(nodes=1, gpus=2, partitions=("default",)):
     return state
 
 
-def req(job_id, duration=100.0, gpus=1, submit=0.0, cls="a", partition=""):
+def req(job_id, duration=100.0, gpus=1, submit=0.0, cls="a", partition="", nodes=1):
     return JobRequest(job_id, cls, gpus_per_node=gpus, predicted_duration=duration, submit_time=submit,
-                      partition=partition)
+                      partition=partition, nodes=nodes)
 
 
 def placer(state, policy, now=0.0):
@@ -390,7 +390,8 @@ def test_waits_kept_from_cycle_to_cycle_give_the_cycles_that_ask_every_job(rule)
     """The queue keeps the waits a policy answered (``KnownWaits``) from one cycle to the next while
     the cluster does not change, under the policy's ``wait_epoch`` token: along a run of cycles with
     arrivals, ends, measured pairs and a moving clock, every cycle must start the same jobs, count the
-    same decisions and leave the same jobs waiting as cycles that ask every job."""
+    same decisions and leave the same jobs waiting as cycles that ask every job (jobs of one or two
+    GPUs on one or two nodes; the waits horus keeps across a job's end too, ``waits_after_release``)."""
     import numpy as np
 
     classes = [f"k{i}" for i in range(5)]
@@ -417,7 +418,8 @@ def test_waits_kept_from_cycle_to_cycle_give_the_cycles_that_ask_every_job(rule)
                 if event <= 1:  # arrivals
                     for _ in range(int(draws.integers(1, 4))):
                         queue.add(req(f"j{n}", duration=float(draws.choice([60.0, 300.0, 2000.0, 9000.0])) + n * 1e-3,
-                                      gpus=int(draws.choice([1, 1, 2])), submit=now, cls=str(draws.choice(classes))))
+                                      gpus=int(draws.choice([1, 1, 2])), submit=now, cls=str(draws.choice(classes)),
+                                      nodes=int(draws.choice([1, 1, 1, 2]))))
                         n += 1
                 elif event == 2:  # the jobs due by now end
                     for job_id in [j for j, job in state.jobs.items() if job.expected_end <= now]:
@@ -516,3 +518,65 @@ def test_a_kept_wait_of_sjf_bsbf_is_asked_again_once_a_smaller_batch_of_it_is_me
 
     assert waits_then_starts(state, policy, jobs, measured) == ["n"]
     assert state.jobs["n"].job_class == "resnet50-bs32"
+
+
+def test_a_kept_wait_holds_across_a_release_until_a_released_node_can_take_the_job():
+    """A job that leaves gives room back on its own nodes only: horus keeps a wait across the release
+    while no released node holds as many GPUs the waiting job may take as it asks per node
+    (``waits_after_release``), and asks again once one does. Here a 2-GPU job of class b waits (every
+    GPU is full, or holds a class it is predicted to slow too much); r2 leaving frees one GPU of n1,
+    not two, so the wait is kept; s3 leaving then makes n1's other GPU shareable with a good partner
+    (class g), so the job is asked again and starts there, next to it. The pair b, g passes SJF-BSBF's
+    test only for E_a below e_b / ρ, ρ = 4/3 here (``share_ratio`` at 0.6 each): 30,000 s is below
+    that limit (≈ 37,480 s) by less than a half, so the release test compares E_a as the policy
+    does."""
+    values = {(x, y): 0.1 for x in "abg" for y in "abg"}
+    values.update({("b", "g"): 0.6, ("g", "b"): 0.6})
+    state = cluster(nodes=2, gpus=2)
+    policy = table_policy("horus", state, values)
+    for job in (RunningJob("r0", "a", (0,), 0.0, 50000.0), RunningJob("r1", "a", (1,), 0.0, 50000.0),
+                RunningJob("r2", "a", (2,), 0.0, 50000.0), RunningJob("r3", "g", (3,), 0.0, 50000.0),
+                RunningJob("s3", "a", (3,), 0.0, 50000.0)):
+        state.place(job)
+    queue = PendingQueue(policy)
+    queue.add(req("big", duration=30000.0, gpus=2, cls="b"))
+    reasons = []
+    for now, leaving in ((10.0, None), (20.0, "r2"), (30.0, "s3")):
+        if leaving:
+            state.release(leaving)
+        start, order = placer(state, policy, now=now)
+        result = run_cycle(state, policy, queue, now, start)
+        reasons.append(result.waiting.get("big"))
+    assert reasons[0] not in (None, KNOWN_WAIT)  # asked
+    assert reasons[1] == KNOWN_WAIT  # kept across r2's release: n1 offers one GPU, b asks two
+    assert reasons[2] is None and order == ["big"] and sorted(state.jobs["big"].gpus) == [2, 3]
+
+
+def test_a_kept_wait_of_sjf_bsbf_is_asked_again_once_a_release_lets_a_smaller_batch_of_it_share():
+    """sjf-bsbf keeps a one-GPU wait across a release only while no released GPU may take the job,
+    sub-batched variants included: resnet50-bs64 fits next to lm-bs20 only as resnet50-bs32. It waits
+    while lm-bs20's GPU is full; once the job beside lm-bs20 ends, it starts there, sub-batched."""
+    from test_placement import TablePredictor
+
+    state = cluster(nodes=1, gpus=2)
+    for name in ("resnet50-bs16", "resnet50-bs32", "resnet50-bs64", "lm-bs20", "x"):
+        state.classes.id(name)
+    solo = {("v100", "resnet50-bs64"): 4.0, ("v100", "resnet50-bs32"): 7.0, ("v100", "resnet50-bs16"): 12.0}
+    fits = TablePredictor({("resnet50-bs32", "lm-bs20"): 0.8, ("lm-bs20", "resnet50-bs32"): 0.8}, default=0.0)
+    policy = table_policy("sjf-bsbf", state, fits, solo_tput=solo)
+    for job in (RunningJob("r0", "x", (0,), 0.0, 5000.0), RunningJob("r1", "lm-bs20", (1,), 0.0, 5000.0),
+                RunningJob("s1", "x", (1,), 0.0, 5000.0)):
+        state.place(job)
+    queue = PendingQueue(policy)
+    queue.add(req("n", duration=100.0, cls="resnet50-bs64"))
+    reasons = []
+    # t=20: r0 ends and another job of class x takes its GPU (the wait holds); t=30: s1 ends
+    for now, leaving, coming in ((10.0, None, None), (20.0, "r0", "r0b"), (30.0, "s1", None)):
+        if leaving:
+            state.release(leaving)
+        if coming:
+            state.place(RunningJob(coming, "x", (0,), now, 5000.0))
+        start, order = placer(state, policy, now=now)
+        reasons.append(run_cycle(state, policy, queue, now, start).waiting.get("n"))
+    assert reasons[0] not in (None, KNOWN_WAIT) and reasons[1] == KNOWN_WAIT
+    assert reasons[2] is None and order == ["n"] and state.jobs["n"].job_class == "resnet50-bs32"

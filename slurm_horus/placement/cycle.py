@@ -20,7 +20,8 @@ it is asked about and in what order:
   asked again (the scheduling framework's equivalence class cache; Slurm's main scheduler likewise
   skips a job whose resource request already failed in this pass);
 * **known waits** — a wait the policy answered from the feasible GPUs (``wait_reason``)
-  is kept by the queue until a job leaves the cluster (:class:`KnownWaits`): a later question, in
+  is kept by the queue until a job that leaves the cluster gives back room it could use
+  (:class:`KnownWaits`, ``Policy.waits_after_release``): a later question, in
   this cycle or a later one, about a job of the same request expected to run no shorter is answered
   from it without asking, when the policy's ``wait_epoch`` says what else its waits read (a
   saturated queue is asked again at every arrival and after every start);
@@ -42,6 +43,7 @@ start a job says so, and the job stays queued.
 """
 
 import bisect
+import functools
 import heapq
 import itertools
 
@@ -387,13 +389,15 @@ KNOWN_WAIT = "waits as a job of the same request expected to run no longer did o
 
 
 class KnownWaits:
-    """Waits the policy answered (``Policy.wait_reason``), kept from cycle to cycle while no job leaves
-    the cluster: per request (:func:`request_shape` less the duration), the least expected duration
-    that waits. A policy's ``wait_epoch`` says what else its waits read; under an equal token a wait
-    holds at a later time, after more jobs were placed (a placement only takes room), and for a job
-    expected to run no shorter (``Policy.wait_epoch``). A saturated queue is asked again at every
-    arrival and after every start: the cycle answers from here what it was already told. A job that
-    leaves (the cluster's change log shows a release) starts them over. Kept by the queue."""
+    """Waits the policy answered (``Policy.wait_reason``), kept from cycle to cycle: per request
+    (:func:`request_shape` less the duration), the least expected duration that waits. A policy's
+    ``wait_epoch`` says what else its waits read; under an equal token a wait holds at a later time,
+    after more jobs were placed (a placement only takes room), and for a job expected to run no
+    shorter (``Policy.wait_epoch``). A saturated queue is asked again at every arrival and after
+    every start: the cycle answers from here what it was already told. A job that leaves (the
+    cluster's change log shows a release) gives room back on its nodes only: the policy's
+    ``waits_after_release`` says which waits hold whatever those nodes now offer; the others are
+    dropped (all of them, for a policy that does not say). Kept by the queue."""
 
     def __init__(self):
         self._state = None
@@ -403,18 +407,27 @@ class KnownWaits:
         self._waits: Dict[tuple, tuple] = {}
 
     def at(self, state: ClusterState, token: Optional[tuple], now: float,
-           holds: Callable[[tuple, tuple], bool] = tuple.__eq__) -> Optional[Dict[tuple, tuple]]:
+           holds: Callable[[tuple, tuple], bool] = tuple.__eq__,
+           released: Optional[Callable[[dict, "np.ndarray"], dict]] = None) -> Optional[Dict[tuple, tuple]]:
         """The waits that hold on ``state`` as it is now under ``token`` at ``now`` (``holds(old,
         new)``: the policy's ``wait_holds``), to read and add to: request -> (the least expected
-        duration known to wait, the policy's ``wait_stamp`` then). None: the policy keeps none."""
+        duration known to wait, the policy's ``wait_stamp`` then, the request asked). None: the
+        policy keeps none. After jobs left, ``released(waits, nodes)`` (the policy's
+        ``waits_after_release``; node ids of the jobs that left) gives the waits that still hold;
+        without it none does."""
         if token is None:
             self._state, self._waits = None, {}
             return None
         base, changes = state.changes_base, state.changes
         fresh = self._state is not state or now < self._since or self._seen < base \
             or (self._token != token and not holds(self._token, token))
-        if not fresh:
-            fresh = any(sign < 0 for sign, _ in changes[self._seen - base:])  # a job left: room may be back
+        if not fresh and self._waits:
+            left = [job for sign, job in changes[self._seen - base:] if sign < 0]  # room may be back
+            if left and released is None:
+                fresh = True
+            elif left:
+                nodes = sorted({k for job in left for k in state.job_nodes(job)})
+                self._waits = released(self._waits, np.array(nodes, dtype=np.intp))
         if fresh:
             self._state, self._waits = state, {}
         self._token = token
@@ -480,7 +493,10 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     knows_waits = prune and type(policy).wait_reason is not Policy.wait_reason
     carry = knows_waits and type(policy).wait_epoch is not Policy.wait_epoch
     stamped = type(policy).wait_stamp is not Policy.wait_stamp
-    known = None  # request -> (least expected duration known to wait, the policy's stamp): KnownWaits
+    released = None  # the policy's waits_after_release, at this cycle's context
+    if carry and type(policy).waits_after_release is not Policy.waits_after_release:
+        released = functools.partial(policy.waits_after_release, state, ctx)
+    known = None  # request -> (least expected duration known to wait, the policy's stamp, request): KnownWaits
     known_version = -1  # the cluster version ``known`` was taken at
     shapes = queue._shapes
     width = state.node_gpu_table.shape[1]
@@ -518,7 +534,8 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                 continue
         if knows_waits:
             if carry and known_version != state.version:
-                known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now, policy.wait_holds)
+                known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now, policy.wait_holds,
+                                             released)
                 known_version = state.version
             least = None
             if known is not None:
@@ -531,7 +548,7 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
             else:
                 reason = policy.wait_reason(state, req, ctx)
                 if reason is not None and known is not None:
-                    known[request] = (expected, stamp)
+                    known[request] = (expected, stamp, req)
             if reason is not None:  # what decide would answer, known from this cycle's decisions
                 failed.add(shape)
                 result.waiting[req.job_id] = reason

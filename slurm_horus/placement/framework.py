@@ -271,14 +271,24 @@ class Policy:
         more jobs were placed since (a placement only takes room: a free GPU becomes busy, a shared
         one full), at any later time, for any job of the same request (:func:`~.cycle.request_shape`
         less the duration) expected to run no shorter when the policy ``uses_duration``. The cycle
-        then answers those without asking, from cycle to cycle until a job leaves (the queue keeps
-        them: a saturated queue is asked again at every arrival and after every start)."""
+        then answers those without asking, from cycle to cycle until a job that leaves gives back
+        room they could use (:meth:`waits_after_release`; the queue keeps them: a saturated queue
+        is asked again at every arrival and after every start)."""
         return None
 
     def wait_holds(self, old: tuple, new: tuple) -> bool:
         """Whether the waits answered under the token ``old`` (:meth:`wait_epoch`) hold under ``new``
         (the base: the same token)."""
         return old == new
+
+    def waits_after_release(self, state: ClusterState, ctx: SchedulingContext, waits: dict,
+                            nodes: np.ndarray) -> dict:
+        """The kept waits (``KnownWaits``: request -> (least expected duration known to wait, stamp,
+        a request asked)) that still hold now that jobs left ``nodes`` (node ids), under the token
+        :meth:`wait_epoch` gives now (the cycle checked it holds): a release gives room back on the
+        nodes it leaves only, so a wait holds when those nodes, as they are now, could not change its
+        answer. The base keeps none."""
+        return {}
 
     def wait_stamp(self, req: JobRequest):
         """What else a wait of ``req`` reads that is not in :meth:`wait_epoch`'s token, as a value a
@@ -495,6 +505,50 @@ class SJFMixin:
 
     def queue_key(self, req: JobRequest):
         return (req.expected_duration(), req.submit_time, req.job_id)
+
+
+def kept_after_release(state: ClusterState, waits: dict, nodes: np.ndarray, max_jobs_per_gpu: int, now: float,
+                       gpu_limits, margin: float = 0.0) -> dict:
+    """:meth:`Policy.waits_after_release` for a policy whose waits all say that fewer than ``nodes``
+    nodes hold ``gpus_per_node`` feasible GPUs the job may take (one GPU: none at all), a GPU it may
+    take being a free one or a shared one whose limit (the E_a below which a job of its class may join
+    that resident; ``gpu_limits(req, class id, resident class ids, remaining times max(end − now,
+    1))``) is above the job's E_a less ``margin`` of it — horus, sjf-bsbf, iasp-iapp (whose limits
+    are inf or 0: its E_a is 0). A limit at a later time is no greater (e_b only shrinks): under the
+    token, off the released nodes such GPUs only became fewer. A wait holds when no released node
+    holds as many GPUs that may take a job of its class at the least E_a known to wait; counted
+    wider than the policies' filter (partitions, memory and CPUs not checked), so only waits that
+    surely hold are kept."""
+    table = state.node_gpu_table[nodes]
+    valid = table >= 0
+    gpus = np.where(valid, table, 0)
+    njobs = state.gpu_njobs[gpus]
+    free = valid & (njobs == 0)
+    shared = valid & (njobs > 0) & (njobs < min(state.max_jobs_per_gpu, max_jobs_per_gpu)) \
+        & ~state.gpu_exclusive[gpus] & (state.gpu_used[gpus] == 0)
+    most_free = int(free.sum(axis=1).max()) if len(nodes) else 0
+    most_open = int((free | shared).sum(axis=1).max()) if len(nodes) else 0
+    residents = state.gpu_class0[gpus[shared]]
+    e_b = np.maximum(state.gpu_end0[gpus[shared]] - now, 1.0)
+    ids = state.classes.ids
+    kept, found = {}, {}
+    for request, value in waits.items():
+        req = value[2]
+        k = req.gpus_per_node
+        if k > most_open:
+            kept[request] = value  # no released node has that many GPUs with room
+            continue
+        c = ids.get(req.job_class)
+        if k <= most_free or c is None:
+            continue  # free GPUs enough on a released node: ask again
+        key = (c, req.n_gpus == 1)
+        limits = found.get(key)
+        if limits is None:
+            limits = found[key] = np.where(free, np.inf, 0.0)
+            limits[shared] = gpu_limits(req, c, residents, e_b)
+        if int((limits > value[0] * (1.0 - margin)).sum(axis=1).max()) < k:
+            kept[request] = value
+    return kept
 
 
 def nodes_holding(state: ClusterState, gpu_ids: np.ndarray, k: int) -> np.ndarray:

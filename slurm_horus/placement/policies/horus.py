@@ -46,7 +46,8 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 import numpy as np
 
 from ..fragmentation import FragmentationModel
-from ..framework import NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, nodes_holding, pressure
+from ..framework import (NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, kept_after_release, nodes_holding,
+                         pressure)
 from ..request import Decision
 from .fgd import _sigmoid_score as _fgd_score
 from .sjf_bsbf import PAIR_EPS, RATIO_EPS, ShareRatios, pair_benefit, share_limits
@@ -285,6 +286,18 @@ class Horus(Policy):
         """A job's waits read the pair table's rows and columns of its class only (the window's best
         partners are in the token): the measurements its class is part of."""
         return self.pairs.measured.get(req.job_class, 0)
+
+    def waits_after_release(self, state, ctx, waits, nodes):
+        """Every wait :meth:`wait_reason` gives says that fewer than ``nodes`` nodes hold
+        ``gpus_per_node`` feasible GPUs the job may take: free ones, or shared ones whose resident's
+        limit (:meth:`_limits` at its remaining time) is above E_a (:meth:`_multi_wait`; for one GPU
+        :meth:`_waits`: none at all, the class limits being the largest of the GPUs'): a release
+        changes that only on its nodes (:func:`~..framework.kept_after_release`)."""
+        def limits(req, c, residents, e_b):
+            cycle = Cycle(state, req, ctx, c)
+            return self._limits(cycle, self._class_tests(cycle), residents, e_b)
+
+        return kept_after_release(state, waits, nodes, self.max_jobs_per_gpu, ctx.now, limits, RATIO_EPS)
 
     def _multi_wait(self, cycle, feasible):
         """The reason the pipeline gives a multi-GPU job that must wait, when it is known without

@@ -26,7 +26,7 @@ scored (the simulator charges the cross-node cost Gavel measured, see sim/truth.
 
 import numpy as np
 
-from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, nodes_holding
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, kept_after_release, nodes_holding
 from ..request import Decision
 
 
@@ -97,6 +97,19 @@ class IaspIapp(Policy):
                 or self.pairs is None:
             return None
         return ("iasp-iapp", len(state.classes.names), id(self.pairs.classes))
+
+    def waits_after_release(self, state, ctx, waits, nodes):
+        """Every wait :meth:`_too_few_nodes` gives says that fewer than ``nodes`` nodes hold
+        ``gpus_per_node`` GPUs the job may use (free, or a resident it is predicted to keep
+        ``min_tput`` next to): a release changes that only on its nodes
+        (:func:`~..framework.kept_after_release`; no duration: limits inf or 0)."""
+        mat = self.pairs.matrix(state.gpu_types[0])
+
+        def limits(req, c, residents, e_b):
+            row = mat[c][residents]
+            return np.where((row > 0) & (row >= self.min_tput), np.inf, 0.0)
+
+        return kept_after_release(state, waits, nodes, self.max_jobs_per_gpu, ctx.now, limits)
 
     def wait_stamp(self, req):
         """A job's wait reads the pair table's row of its class only: the measurements of its pairs."""

@@ -29,7 +29,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ...interference.classes import micro_batch_speed, smaller_batches, with_batch
-from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, SJFMixin, nodes_holding
+from ..framework import NEG_INF, NO_QUALIFYING_GPU, Feasible, Policy, SJFMixin, kept_after_release, nodes_holding
 from ..request import Decision
 
 # margin of horus's bound on a pair test (policies/horus.py): far above rounding (relative 1e-15), far
@@ -311,6 +311,20 @@ class SJFBSBF(SJFMixin, Policy):
                 or type(self)._quick_wait is not SJFBSBF._quick_wait or self.pairs is None:
             return None
         return ("sjf-bsbf", len(state.classes.names), id(self.pairs.classes))
+
+    def waits_after_release(self, state, ctx, waits, nodes):
+        """Every wait :meth:`_quick_wait` gives says that fewer than ``nodes`` nodes hold
+        ``gpus_per_node`` feasible GPUs the job may take: free ones, or shared ones whose limit e_b / ρ
+        is above E_a (one GPU: none at all, with the sub-batched ρ when ``sub_batch``; the class
+        limits are the largest of the GPUs'): a release changes that only on its nodes
+        (:func:`~..framework.kept_after_release`)."""
+        gpu_type = state.gpu_types[0]
+
+        def limits(req, c, residents, e_b):
+            rho = self._ratio_matrix(gpu_type, bool(self.sub_batch and req.n_gpus == 1), state.classes)
+            return share_limits(e_b, rho[c][residents])
+
+        return kept_after_release(state, waits, nodes, self.max_jobs_per_gpu, ctx.now, limits, RATIO_EPS)
 
     def wait_stamp(self, req):
         """A job's share limits read ρ's row of its class only: the pairs of its class and, with
