@@ -171,22 +171,30 @@ class ChrootSlurm:
 
     # ---- reaching it ------------------------------------------------------------------------
     def program(self, name):
-        """The path of ``name`` inside the chroot (as the chrooted command sees it), or None."""
+        """The path of ``name`` inside the chroot (as the chrooted command sees it), or None. Its
+        symlinks are followed inside the chroot: an absolute link (``/etc/alternatives/...``) read
+        from the host would name the host's file."""
         for directory in SEARCH_PATH:
             inside = f"{directory}/{name}"
-            if os.access(self.host_path(inside), os.X_OK):
+            resolved = self._resolved(inside)
+            if resolved is not None and os.access(self.host_path(resolved), os.X_OK):
                 return inside
         return None
 
     def real_program(self, name):
         """``name``'s path inside the chroot with its symlinks (``/etc/alternatives``) resolved there."""
         path = self.program(name)
+        return None if path is None else self._resolved(path)
+
+    def _resolved(self, path):
+        """``path`` (inside the chroot) with its symlinks resolved there; None when it is missing."""
         for _ in range(40):
-            if path is None or not os.path.islink(self.host_path(path)):
-                return path
-            target = os.readlink(self.host_path(path))
+            host = self.host_path(path)
+            if not os.path.islink(host):
+                return path if os.path.exists(host) else None
+            target = os.readlink(host)
             path = os.path.normpath(target if target.startswith("/") else os.path.join(os.path.dirname(path), target))
-        raise ChrootError(f"{name}: too many symlinks in {self.root}")
+        raise ChrootError(f"{path}: too many symlinks in {self.root}")
 
     def host_path(self, path):
         """A path inside the chroot, as seen from the host."""
