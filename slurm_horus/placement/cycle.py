@@ -407,20 +407,24 @@ class KnownWaits:
         self._waits: Dict[tuple, tuple] = {}
 
     def at(self, state: ClusterState, token: Optional[tuple], now: float,
-           holds: Callable[[tuple, tuple], bool] = tuple.__eq__,
-           released: Optional[Callable[[dict, "np.ndarray"], dict]] = None) -> Optional[Dict[tuple, tuple]]:
-        """The waits that hold on ``state`` as it is now under ``token`` at ``now`` (``holds(old,
-        new)``: the policy's ``wait_holds``), to read and add to: request -> (the least expected
-        duration known to wait, the policy's ``wait_stamp`` then, the request asked). None: the
-        policy keeps none. After jobs left, ``released(waits, nodes)`` (the policy's
-        ``waits_after_release``; node ids of the jobs that left) gives the waits that still hold;
-        without it none does."""
+           released: Optional[Callable[[dict, "np.ndarray"], dict]] = None,
+           retoken: Optional[Callable[[tuple, tuple, dict], dict]] = None) -> Optional[Dict[tuple, tuple]]:
+        """The waits that hold on ``state`` as it is now under ``token`` at ``now``, to read and add
+        to: request -> (the least expected duration known to wait, the policy's ``wait_stamp`` then,
+        the request asked). None: the policy keeps none. Under a new token, ``retoken(old, new,
+        waits)`` (the policy's ``waits_after_token``) gives the waits that still hold; after jobs
+        left, ``released(waits, nodes)`` (``waits_after_release``; node ids of the jobs that left);
+        without them none does."""
         if token is None:
             self._state, self._waits = None, {}
             return None
         base, changes = state.changes_base, state.changes
-        fresh = self._state is not state or now < self._since or self._seen < base \
-            or (self._token != token and not holds(self._token, token))
+        fresh = self._state is not state or now < self._since or self._seen < base
+        if not fresh and self._token != token:
+            if retoken is None or not self._waits:
+                fresh = True
+            else:
+                self._waits = retoken(self._token, token, self._waits)
         if not fresh and self._waits:
             left = [job for sign, job in changes[self._seen - base:] if sign < 0]  # room may be back
             if left and released is None:
@@ -493,9 +497,11 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     knows_waits = prune and type(policy).wait_reason is not Policy.wait_reason
     carry = knows_waits and type(policy).wait_epoch is not Policy.wait_epoch
     stamped = type(policy).wait_stamp is not Policy.wait_stamp
-    released = None  # the policy's waits_after_release, at this cycle's context
+    released = retoken = None  # the policy's waits_after_release and waits_after_token, at this cycle's context
     if carry and type(policy).waits_after_release is not Policy.waits_after_release:
         released = functools.partial(policy.waits_after_release, state, ctx)
+    if carry and type(policy).waits_after_token is not Policy.waits_after_token:
+        retoken = functools.partial(policy.waits_after_token, state, ctx)
     known = None  # request -> (least expected duration known to wait, the policy's stamp, request): KnownWaits
     known_version = -1  # the cluster version ``known`` was taken at
     shapes = queue._shapes
@@ -534,21 +540,20 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
                 continue
         if knows_waits:
             if carry and known_version != state.version:
-                known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now, policy.wait_holds,
-                                             released)
+                known = queue.known_waits.at(state, policy.wait_epoch(state, ctx), ctx.now, released, retoken)
                 known_version = state.version
             least = None
             if known is not None:
                 request = shapes[shape][1][:-1]
                 least = known.get(request)
                 expected = req.expected_duration() if policy.uses_duration else 0.0
-                stamp = policy.wait_stamp(req) if stamped else None
-            if least is not None and expected >= least[0] and stamp == least[1]:
+            if least is not None and expected >= least[0] and \
+                    (not stamped or policy.wait_stamp(req) == least[1]):
                 reason = KNOWN_WAIT  # asked, it would wait (its reason may differ)
             else:
                 reason = policy.wait_reason(state, req, ctx)
                 if reason is not None and known is not None:
-                    known[request] = (expected, stamp, req)
+                    known[request] = (expected, policy.wait_stamp(req) if stamped else None, req)
             if reason is not None:  # what decide would answer, known from this cycle's decisions
                 failed.add(shape)
                 result.waiting[req.job_id] = reason

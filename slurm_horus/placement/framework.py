@@ -276,10 +276,12 @@ class Policy:
         is asked again at every arrival and after every start)."""
         return None
 
-    def wait_holds(self, old: tuple, new: tuple) -> bool:
-        """Whether the waits answered under the token ``old`` (:meth:`wait_epoch`) hold under ``new``
-        (the base: the same token)."""
-        return old == new
+    def waits_after_token(self, state: ClusterState, ctx: SchedulingContext, old: tuple, new: tuple,
+                          waits: dict) -> dict:
+        """The kept waits (``KnownWaits``: request -> (least expected duration known to wait, stamp,
+        a request asked)) answered under the token ``old`` (:meth:`wait_epoch`) that hold under
+        ``new``, a different one. The base keeps none."""
+        return {}
 
     def waits_after_release(self, state: ClusterState, ctx: SchedulingContext, waits: dict,
                             nodes: np.ndarray) -> dict:

@@ -253,7 +253,7 @@ class Horus(Policy):
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its classes;
         the measurements of the job's class, :meth:`wait_stamp`), the pressure, the window's best
-        partners (the class tests) and whether the workload is fractional. With these fixed, a wait
+        partners (the class tests; :meth:`waits_after_token`) and whether the workload is fractional. With these fixed, a wait
         holds later, after placements and for a longer job: every share limit is e_b / ρ or a
         constant (the remaining times e_b only shrink), the job's E_a is compared against them, and a
         placement only turns a GPU that may take the job into one that may not (a free one busy, a
@@ -271,16 +271,38 @@ class Horus(Policy):
         return ("horus", len(state.classes.names), id(self.pairs.classes), ctx.waiting_gpus > state.n_free,
                 self._fractional_workload(), partners)
 
-    def wait_holds(self, old, new):
-        """The waits hold while the window's best partners only rose (the class tests then only get
-        harder to pass: combined ≥ best partner − slack), the rest of the token equal."""
-        if old[:-1] != new[:-1]:
-            return False
-        if old[-1] == new[-1]:
-            return True
-        if old[-1] is None or new[-1] is None or len(old[-1]) != len(new[-1]):
-            return False
-        return bool((np.frombuffer(new[-1]) >= np.frombuffer(old[-1])).all())
+    def waits_after_token(self, state, ctx, old, new, waits):
+        """The window's best partners are the part of the token a wait may outlive (the rest must be
+        equal): they enter a job's class tests only as ``combined ≥ partner − partner_slack`` per
+        resident class. A wait of class c holds while every resident class it now passes its tests
+        with (``ok_c``) passed that window test under the old partners too: its tests are then no
+        easier than when it waited (the rest of them reads its class's row and column of the table,
+        whose measurements :meth:`wait_stamp` checks)."""
+        if old[:-1] != new[:-1] or old[-1] is None or new[-1] is None or len(old[-1]) != len(new[-1]):
+            return {}
+        before, now = np.frombuffer(old[-1]), np.frombuffer(new[-1])
+        mat = self.pairs.matrix(state.gpu_types[0])
+        fell = np.flatnonzero(now[:len(mat)] < before[:len(mat)])  # (trailing: a free GPU, always 0)
+        if len(fell) == 0:
+            return waits  # the partners only rose: every class test is as hard or harder
+        floor, lower = before[fell] - self.partner_slack, now[fell] - self.partner_slack
+        kept, holds_for = {}, {}
+        for request, value in waits.items():
+            req = value[2]
+            holds = holds_for.get(req.job_class)
+            if holds is None:
+                c = state.classes.ids.get(req.job_class)
+                holds = c is not None and c < len(mat)
+                if holds:
+                    combined = mat[c][fell] + mat[fell, c]
+                    # only a resident class whose bar fell across the pair's combined may now pass
+                    if ((combined >= lower) & (combined < floor)).any():
+                        jt, rt, ok_c, _bsbf_c, _value = self._class_tests(Cycle(state, req, ctx, c))
+                        holds = not (ok_c[fell] & (combined < floor)).any()
+                holds_for[req.job_class] = holds
+            if holds:
+                kept[request] = value
+        return kept
 
     def wait_stamp(self, req):
         """A job's waits read the pair table's rows and columns of its class only (the window's best
@@ -293,9 +315,18 @@ class Horus(Policy):
         limit (:meth:`_limits` at its remaining time) is above E_a (:meth:`_multi_wait`; for one GPU
         :meth:`_waits`: none at all, the class limits being the largest of the GPUs'): a release
         changes that only on its nodes (:func:`~..framework.kept_after_release`)."""
+        mat = self.pairs.matrix(state.gpu_types[0])
+        # a pair passes a class test only if both keep min_tput and their combined reaches the lowest bar
+        bar = min(self.min_combined, self.min_combined_known, 1.0 if self.bsbf_gain > 0 else np.inf)
+
         def limits(req, c, residents, e_b):
-            cycle = Cycle(state, req, ctx, c)
-            return self._limits(cycle, self._class_tests(cycle), residents, e_b)
+            jt, rt = mat[c][residents], mat[residents, c]
+            may = np.flatnonzero((jt >= self.min_tput) & (rt >= self.min_tput) & (jt + rt >= bar))
+            out = np.zeros(len(residents))
+            if len(may):
+                cycle = Cycle(state, req, ctx, c)
+                out[may] = self._limits(cycle, self._class_tests(cycle), residents[may], e_b[may])
+            return out
 
         return kept_after_release(state, waits, nodes, self.max_jobs_per_gpu, ctx.now, limits, RATIO_EPS)
 
