@@ -613,3 +613,27 @@ def test_a_pair_measured_in_the_middle_of_a_cycle_reopens_the_waits_of_its_class
     result = run_cycle(state, policy, queue, 10.0, start)
     assert result.waiting.get("b1") not in (None, KNOWN_WAIT)
     assert started == ["x0", "b2"]
+
+
+def test_a_wait_kept_when_the_partner_that_eased_its_tests_is_on_no_gpu_it_may_take():
+    """horus's tests for b0 next to class a get easier once p0, a better partner of a, leaves the
+    window (``waits_after_token``); the wait is still kept when no GPU of class a can take b0: one is
+    full (a with y), the other ends too soon for a pair of 0.6 each to beat waiting (its limit
+    e_b / ρ, ρ = 4/3, is ~740 s against b0's 30,000)."""
+    values = {(x, y): 0.5 for x in "abpyz" for y in "abpyz"}
+    values.update({("p", "a"): 0.95, ("a", "p"): 0.95, ("b", "a"): 0.6, ("a", "b"): 0.6,
+                   ("b", "z"): 0.1, ("z", "b"): 0.1})
+    state = cluster(nodes=2, gpus=2)
+    policy = table_policy("horus", state, values)
+    for job in (RunningJob("r0", "a", (0,), 0.0, 50000.0), RunningJob("y0", "y", (0,), 0.0, 50000.0),
+                RunningJob("z1", "z", (1,), 0.0, 50000.0), RunningJob("r2", "a", (2,), 0.0, 1000.0),
+                RunningJob("z3", "z", (3,), 0.0, 50000.0)):
+        state.place(job)
+    queue = PendingQueue(policy)
+    queue.add(req("p0", duration=100.0, cls="p", partition="elsewhere"))  # in the window, placed nowhere
+    queue.add(req("b0", duration=30000.0, cls="b", submit=1.0))
+    start, order = placer(state, policy, now=10.0)
+    assert run_cycle(state, policy, queue, 10.0, start).waiting["b0"] != KNOWN_WAIT
+    queue.remove("p0")
+    start, order = placer(state, policy, now=20.0)
+    assert run_cycle(state, policy, queue, 20.0, start).waiting["b0"] == KNOWN_WAIT and order == []

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..fragmentation import FragmentationModel
 from ..framework import (NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, kept_after_release, nodes_holding,
-                         pressure)
+                         pressure, shareable_gpus)
 from ..request import Decision
 from .fgd import _sigmoid_score as _fgd_score
 from .sjf_bsbf import PAIR_EPS, RATIO_EPS, ShareRatios, pair_benefit, share_limits
@@ -274,10 +274,14 @@ class Horus(Policy):
     def waits_after_token(self, state, ctx, old, new, waits):
         """The window's best partners are the part of the token a wait may outlive (the rest must be
         equal): they enter a job's class tests only as ``combined ≥ partner − partner_slack`` per
-        resident class. A wait of class c holds while every resident class it now passes its tests
-        with (``ok_c``) passed that window test under the old partners too: its tests are then no
-        easier than when it waited (the rest of them reads its class's row and column of the table,
-        whose measurements :meth:`wait_stamp` checks)."""
+        resident class. For a job of class c, the resident classes it now passes its tests with
+        (``ok_c``) but failed that window test with under the old partners are the only change: its
+        tests read nothing else that moved (the rest reads its class's row and column of the table,
+        whose measurements :meth:`wait_stamp` checks). So the GPUs it may take now are those it could
+        take then, and the shareable GPUs of such an eased resident class whose limit
+        (:meth:`_limits`) is above E_a (the least known to wait). A wait holds when there is none, or
+        when no node holding one has ``gpus_per_node`` GPUs free or shareable at all (counted wider
+        than the filter, as :func:`~..framework.kept_after_release` does)."""
         if old[:-1] != new[:-1] or old[-1] is None or new[-1] is None or len(old[-1]) != len(new[-1]):
             return {}
         before, now = np.frombuffer(old[-1]), np.frombuffer(new[-1])
@@ -286,22 +290,37 @@ class Horus(Policy):
         if len(fell) == 0:
             return waits  # the partners only rose: every class test is as hard or harder
         floor, lower = before[fell] - self.partner_slack, now[fell] - self.partner_slack
-        kept, holds_for = {}, {}
+        shareable = shareable_gpus(state, self.max_jobs_per_gpu)
+        room = None  # per node: GPUs free or shareable
+        kept, eased_gpus = {}, {}
         for request, value in waits.items():
             req = value[2]
-            holds = holds_for.get(req.job_class)
-            if holds is None:
+            found = eased_gpus.get(req.job_class)
+            if found is None:
                 c = state.classes.ids.get(req.job_class)
-                holds = c is not None and c < len(mat)
-                if holds:
+                found = None if c is None or c >= len(mat) else ()
+                if found is not None:
                     combined = mat[c][fell] + mat[fell, c]
                     # only a resident class whose bar fell across the pair's combined may now pass
                     if ((combined >= lower) & (combined < floor)).any():
-                        jt, rt, ok_c, _bsbf_c, _value = self._class_tests(Cycle(state, req, ctx, c))
-                        holds = not (ok_c[fell] & (combined < floor)).any()
-                holds_for[req.job_class] = holds
-            if holds:
-                kept[request] = value
+                        cycle = Cycle(state, req, ctx, c)
+                        tests = self._class_tests(cycle)
+                        eased = fell[tests[2][fell] & (combined < floor)]
+                        gpus = np.flatnonzero(shareable & np.isin(state.gpu_class0, eased)) if len(eased) else ()
+                        if len(gpus):
+                            e_b = np.maximum(state.gpu_end0[gpus] - ctx.now, 1.0)
+                            found = (gpus, self._limits(cycle, tests, state.gpu_class0[gpus], e_b))
+                eased_gpus[req.job_class] = found
+            if found is None:
+                continue
+            if found:
+                gpus = found[0][found[1] > value[0] * (1.0 - RATIO_EPS)]
+                if len(gpus):
+                    if room is None:
+                        room = state.node_free + np.bincount(state.gpu_node[shareable], minlength=len(state.nodes))
+                    if (room[state.gpu_node[gpus]] >= req.gpus_per_node).any():
+                        continue
+            kept[request] = value
         return kept
 
     def wait_stamp(self, req):
