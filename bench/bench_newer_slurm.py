@@ -15,7 +15,6 @@ Usage: python bench/bench_newer_slurm.py [--slurm system,24.11,26.05]
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess

@@ -147,7 +147,7 @@ class Facts:
 
     def kept_shard_move(self, prefix=None):
         prefix = prefix or self.p
-        job = self.submit([f"--gres=shard:1"])
+        job = self.submit(["--gres=shard:1"])
         first = self.update(job, {"TresPerNode": ""})
         second = self.update(job, {"TresPerNode": f"{prefix}shard:g1:1", "NodeList": "n2", "StartTime": "now"})
         out = {"prefix": prefix, "first_refused": first, "second_refused": second}

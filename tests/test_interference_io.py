@@ -167,6 +167,6 @@ def test_cli_classes_lists_what_the_model_knows_per_gpu_type(tmp_path, capsys, m
     assert _run(["model", "fit", "--db", str(db), "--profiles", str(profiles), "--observations",
                  str(observations)], capsys)[0] == 0
     code, out, _ = _run(["model", "classes", "--db", str(db)], capsys)
-    assert code == 0 and out.startswith(f"model: #1 (chain, ") and "\na-bs1 " in out and "\nb-bs1 " in out
+    assert code == 0 and out.startswith("model: #1 (chain, ") and "\na-bs1 " in out and "\nb-bs1 " in out
     code, _, err = _run(["model", "classes", "--db", str(tmp_path / "no" / "h.db")], capsys)
     assert code == 2 and "no history database" in err and not (tmp_path / "no").exists()

@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler
 
 from ..errors import InputError
 from . import munge
-from .sampler import GPU_COLUMNS, USE_COLUMNS, store_batches
+from .sampler import store_batches
 from .shipping import CREDENTIAL_HEADER, MAX_BODY_BYTES, PATH, PING_PATH, parse_payload
 
 log = logging.getLogger("horus.receive")
