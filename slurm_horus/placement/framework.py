@@ -509,12 +509,13 @@ class SJFMixin:
         return (req.expected_duration(), req.submit_time, req.job_id)
 
 
-def shareable_gpus(state: ClusterState, max_jobs_per_gpu: int) -> np.ndarray:
-    """Per GPU: whether it runs a job another may join at all (room for one more, nobody exclusive,
-    no fraction of it held): what a policy's filter allows to share, before partitions and memory."""
-    njobs = state.gpu_njobs
-    return (njobs > 0) & (njobs < min(state.max_jobs_per_gpu, max_jobs_per_gpu)) & ~state.gpu_exclusive \
-        & (state.gpu_used == 0)
+def shareable_gpus(state: ClusterState, max_jobs_per_gpu: int, gpus=slice(None)) -> np.ndarray:
+    """Per GPU (of ``gpus``, any index; all by default): whether it runs a job another may join at all
+    (room for one more, nobody exclusive, no fraction of it held): what a policy's filter allows to
+    share, before partitions and memory."""
+    njobs = state.gpu_njobs[gpus]
+    return (njobs > 0) & (njobs < min(state.max_jobs_per_gpu, max_jobs_per_gpu)) & ~state.gpu_exclusive[gpus] \
+        & (state.gpu_used[gpus] == 0)
 
 
 def kept_after_release(state: ClusterState, waits: dict, nodes: np.ndarray, max_jobs_per_gpu: int, now: float,
@@ -534,7 +535,7 @@ def kept_after_release(state: ClusterState, waits: dict, nodes: np.ndarray, max_
     gpus = np.where(valid, table, 0)
     njobs = state.gpu_njobs[gpus]
     free = valid & (njobs == 0)
-    shared = valid & shareable_gpus(state, max_jobs_per_gpu)[gpus]
+    shared = valid & shareable_gpus(state, max_jobs_per_gpu, gpus)
     most_free = int(free.sum(axis=1).max()) if len(nodes) else 0
     most_open = int((free | shared).sum(axis=1).max()) if len(nodes) else 0
     residents = state.gpu_class0[gpus[shared]]

@@ -290,8 +290,7 @@ class Horus(Policy):
         if len(fell) == 0:
             return waits  # the partners only rose: every class test is as hard or harder
         floor, lower = before[fell] - self.partner_slack, now[fell] - self.partner_slack
-        shareable = shareable_gpus(state, self.max_jobs_per_gpu)
-        room = None  # per node: GPUs free or shareable
+        shareable = room = None  # per GPU: shareable at all; per node: GPUs free or shareable
         kept, eased_gpus = {}, {}
         for request, value in waits.items():
             req = value[2]
@@ -306,7 +305,11 @@ class Horus(Policy):
                         cycle = Cycle(state, req, ctx, c)
                         tests = self._class_tests(cycle)
                         eased = fell[tests[2][fell] & (combined < floor)]
-                        gpus = np.flatnonzero(shareable & np.isin(state.gpu_class0, eased)) if len(eased) else ()
+                        gpus = ()
+                        if len(eased):
+                            if shareable is None:
+                                shareable = shareable_gpus(state, self.max_jobs_per_gpu)
+                            gpus = np.flatnonzero(shareable & np.isin(state.gpu_class0, eased))
                         if len(gpus):
                             e_b = np.maximum(state.gpu_end0[gpus] - ctx.now, 1.0)
                             found = (gpus, self._limits(cycle, tests, state.gpu_class0[gpus], e_b))
