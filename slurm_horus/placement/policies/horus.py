@@ -253,11 +253,11 @@ class Horus(Policy):
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its classes;
         the measurements of the job's class, :meth:`wait_stamp`), the pressure, the window's best
-        partners (the class tests; :meth:`waits_after_token`) and whether the workload is fractional. With these fixed, a wait
-        holds later, after placements and for a longer job: every share limit is e_b / ρ or a
-        constant (the remaining times e_b only shrink), the job's E_a is compared against them, and a
-        placement only turns a GPU that may take the job into one that may not (a free one busy, a
-        shared one full)."""
+        partners (the class tests; a wait may outlive them, :meth:`waits_after_token`) and whether the
+        workload is fractional. With these fixed, a wait holds later, after placements and for a
+        longer job: every share limit is e_b / ρ or a constant (the remaining times e_b only shrink),
+        the job's E_a is compared against them, and a placement only turns a GPU that may take the
+        job into one that may not (a free one busy, a shared one full)."""
         if type(self).wait_reason is not Horus.wait_reason or type(self).decide_quickly is not Horus.decide_quickly \
                 or type(self)._class_tests is not Horus._class_tests or self.pairs is None \
                 or len(state.gpu_types) != 1 or self.min_tput <= 0:
