@@ -9,8 +9,8 @@ it is asked about and in what order:
 * **queue order** — the policy's ``queue_key`` (FIFO, shortest expected job first...);
 * **makespan guard** — jobs whose expected duration reaches the policy's ``urgent_duration`` go
   first, longest first (the tail of a burst must not leave the longest jobs alone at the end);
-* **window** — sharing policies see the classes of the first ``window`` waiting jobs
-  (``ctx.extra["window"]``), so a free slot can be kept for a better partner;
+* **window** — sharing policies that ask (``reads_window``) see the classes of the first
+  ``window`` waiting jobs (``ctx.extra["window"]``), so a free slot can be kept for a better partner;
 * **queue depth** — at most ``queue_depth`` decisions per cycle (Slurm's ``default_queue_depth``);
   jobs passed over without asking the policy do not count (Slurm counts every job its main loop
   tests; counting them here starved small jobs behind a head of large ones: slurm-default's mean
@@ -46,6 +46,7 @@ import bisect
 import functools
 import heapq
 import itertools
+import operator
 
 import numpy as np
 from dataclasses import dataclass, field
@@ -343,18 +344,18 @@ def cycle_order(state: ClusterState, policy: Policy, queue: PendingQueue,
     """The waiting jobs in the order this cycle asks about them: queue order, except that jobs
     reaching the policy's ``urgent_duration`` (the makespan guard) go first, longest first."""
     try:
-        return [entry[1] for entry in _walk(state, policy, queue, ctx) if entry is not None]
+        return [entry[1] for key, entry in _walk(state, policy, queue, ctx) if _current(key, entry)]
     finally:
         queue.end_snapshot()
 
 
 def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
-          ctx: SchedulingContext, max_size: Optional[int] = None) -> Iterator[Optional[tuple]]:
+          ctx: SchedulingContext, max_size: Optional[int] = None) -> Iterator[Tuple[tuple, Optional[tuple]]]:
     """:func:`cycle_order`, lazily: a cycle asks about ``queue_depth`` jobs, not the whole queue.
-    Yields the queue's entries (key, request, shape id).
+    Yields (key, the queue's entry: key, request, shape id), as :func:`_entries`.
 
     The order is fixed now (a snapshot of the queue, the guard's threshold); a job that has left the
-    queue by the time the walk reaches it comes out as None. ``max_size`` (only without a guard):
+    queue by the time the walk reaches it is not :func:`_current`. ``max_size`` (only without a guard):
     walk only the jobs asking for at most that many GPUs (a fraction of one, or none, included).
     The caller ends the snapshot (``queue.end_snapshot()``) when it is done.
     """
@@ -374,16 +375,25 @@ def _walk(state: ClusterState, policy: Policy, queue: PendingQueue,
     return _entries(jobs, (keys[i] for i in itertools.chain(range(len(keys) - 1, k - 1, -1), range(k))))
 
 
-def _entries(jobs: dict, keys) -> Iterator[Optional[tuple]]:
-    """The queue entries of ``keys`` in order; None for a job that left the queue (or came back
-    under another key) meanwhile."""
-    get = jobs.get
-    for key in keys:
-        found = get(key[1])
-        yield found if found is not None and found[0] == key else None
+def _entries(jobs: dict, keys) -> Iterator[Tuple[tuple, Optional[tuple]]]:
+    """Pairs (key, the queue's entry of its job now: None when it left) for ``keys`` in order, built
+    without a Python-level step per key (a cycle walks hundreds of jobs to ask a few): the entry is
+    the walk's only when it is still under that key (:func:`_current`)."""
+    if isinstance(keys, list):
+        return zip(keys, map(jobs.get, map(_JOB_ID, keys)))
+    keys, ids = itertools.tee(keys)
+    return zip(keys, map(jobs.get, map(_JOB_ID, ids)))
 
 
-_END = object()
+_JOB_ID = operator.itemgetter(1)
+
+
+def _current(key: tuple, entry: Optional[tuple]) -> bool:
+    """Whether a walked job is still waiting under ``key`` (it may have started, or come back under
+    another key, since the walk's snapshot)."""
+    return entry is not None and (entry[0] is key or entry[0] == key)
+
+
 # why a job the cycle did not ask waits (KnownWaits)
 KNOWN_WAIT = "waits as a job of the same request expected to run no longer did on this cluster"
 
@@ -441,7 +451,7 @@ class KnownWaits:
 
 
 def _narrow(queue: PendingQueue, max_size: int, after: Optional[tuple] = None,
-            leave_out=()) -> Iterator[Optional[tuple]]:
+            leave_out=()) -> Iterator[Tuple[tuple, Optional[tuple]]]:
     """The walk of an exclusive policy's cycle: the jobs asking for at most ``max_size`` GPUs, in
     queue order, past the key ``after``, leaving out the geometries in ``leave_out``."""
     return _entries(queue._jobs, queue.snapshot(max_size, after, leave_out))
@@ -480,7 +490,7 @@ def run_cycle(state: ClusterState, policy: Policy, queue: PendingQueue, now: flo
 def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, shrink, reclaiming,
            narrow) -> CycleResult:
     result = CycleResult()
-    if policy.share:
+    if policy.share and policy.reads_window:
         classes = state.classes
         ctx.extra["window"] = [classes.id(req.job_class) for req in queue.head(options.window)]
     failed = set()  # request shapes that did not fit since the last start (equivalence cache)
@@ -509,23 +519,25 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     room_version = state.version  # has_room was true at this version of the cluster
     walk_cap = int(state.n_free)  # an exclusive policy's walk: jobs asking for at most this many GPUs
     walk = iter(order)
-    while result.tried < options.queue_depth:
-        entry = next(walk, _END)
-        if entry is _END:
-            break
-        if entry is None:
-            continue  # a reclaim or the caller took it out meanwhile
-        req = entry[1]
-        result.examined += 1
+    depth, tried, examined = options.queue_depth, 0, 0
+    while tried < depth:
+        # pass over, one C-level step each, the jobs that left (a reclaim or the caller took them
+        # out meanwhile) and those of a request shape that did not fit (most of a long queue)
+        for key, entry in walk:
+            if entry is not None and (entry[0] is key or entry[0] == key):
+                examined += 1
+                if entry[2] not in failed:
+                    break
+        else:
+            break  # the walk is done
+        req, shape = entry[1], entry[2]  # shape: the id of request_shape(req, policy.uses_duration)
         if not policy.share and req.gpu_units == 0 and req.n_gpus > state.n_free and not reclaiming:
             continue
         k = req.gpus_per_node
         if blocked and req.gpu_units == 0 and (k, req.nodes) in blocked:
+            failed.add(shape)  # (both are cleared at the next start): its likes are passed over sooner
             continue
-        shape = entry[2]  # the id of request_shape(req, policy.uses_duration)
-        if shape in failed:
-            continue
-        result.tried += 1
+        tried += 1
         if prune and req.nodes * k > 1:
             if k not in roomy:
                 roomy[k] = 0 if k > width else int((nodes_with_room(state, policy) >= k).sum())
@@ -592,5 +604,6 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
             if not has_room(state, policy):
                 break  # nothing could start any more: no free GPU, no usable slot
             room_version = state.version
+    result.tried, result.examined = tried, examined
     return result
 

@@ -131,6 +131,9 @@ class Policy:
     uses_duration = False
     # the simulator's reference: reads the true durations (and its pair table is the truth)
     perfect_knowledge = False
+    # a sharing policy that reads the classes of the first waiting jobs (``ctx.extra["window"]``,
+    # filled by the cycle only for those)
+    reads_window = False
 
     def __init__(self, pairs: Optional[PairTable] = None, **options):
         self.pairs = pairs

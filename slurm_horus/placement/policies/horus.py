@@ -65,6 +65,7 @@ class Horus(Policy):
     min_tput = 0.35
     order_rule = "sjf"
     uses_duration = True
+    reads_window = True
     partner_slack = 0.1
     guard = 0.8
     guard_queue = 2.0  # guard only while the queue asks for at most this many GPUs per GPU (0: always)
