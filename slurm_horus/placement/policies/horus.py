@@ -310,7 +310,10 @@ class Horus(Policy):
                         if len(eased):
                             if shareable is None:
                                 shareable = shareable_gpus(state, self.max_jobs_per_gpu)
-                            gpus = np.flatnonzero(shareable & np.isin(state.gpu_class0, eased))
+                            # (a lookup per resident class, its trailing entry for a free GPU's -1)
+                            eased_c = np.zeros(max(len(mat), int(state.gpu_class0.max(initial=-1)) + 1) + 1, dtype=bool)
+                            eased_c[eased] = True
+                            gpus = np.flatnonzero(shareable & eased_c[state.gpu_class0])
                         if len(gpus):
                             e_b = np.maximum(state.gpu_end0[gpus] - ctx.now, 1.0)
                             found = (gpus, self._limits(cycle, tests, state.gpu_class0[gpus], e_b))
@@ -665,7 +668,7 @@ class Horus(Policy):
         mat = self.pairs.matrix(name)
         best = cache.get((id(self), name))
         if best is None or len(best) != len(mat) + 1:
-            w = np.asarray(window)
+            w = np.fromiter(set(window), dtype=np.intp)  # (each class once: the same maximum)
             # trailing 0: a free GPU (resident -1) has no partner to keep it for
             best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
             cache[(id(self), name)] = best
