@@ -370,3 +370,40 @@ def test_bench_fgd_reads_fgd_files_from_a_directory(tmp_path):
     missing = subprocess.run([sys.executable, str(bench), "--fgd-data", str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0 and "no such file" in missing.stderr
+
+
+def test_state_counts_for_has_room_follow_every_place_and_release():
+    """has_room reads two counts the state keeps (GPUs per number of jobs, GPUs with a held and
+    unfinished fraction): after any mix of fractions, exclusive, shared and multi-GPU jobs placed and
+    released, they equal the counts taken from the arrays."""
+    state = cluster()
+    rng = np.random.default_rng(5)
+    running = []
+    for step in range(400):
+        if running and rng.random() < 0.45:
+            state.release(running.pop(int(rng.integers(len(running)))))
+        else:
+            kind = int(rng.integers(4))
+            left = state.gpu_left()
+            if kind == 0:  # a fraction
+                units = int(rng.choice([100, 250, 500, 1000]))
+                fits = np.flatnonzero((left >= units) & ~state.gpu_exclusive)
+                job = dict(gpu_units=units)
+            elif kind == 1:  # a whole GPU, exclusive
+                fits = np.flatnonzero(state.gpu_njobs == 0)
+                job = dict(exclusive=True)
+            else:  # time-shared whole GPUs (no fraction held there), one or two
+                fits = np.flatnonzero((state.gpu_used == 0) & (state.gpu_njobs < 2) & ~state.gpu_exclusive)
+                job = {}
+            if not len(fits):
+                continue
+            take = 2 if kind == 3 and len(fits) >= 2 else 1
+            gpus = tuple(int(g) for g in rng.choice(fits, take, replace=False))
+            job_id = f"j{step}"
+            state.place(RunningJob(job_id, "x", gpus, 0, 1, **job))
+            running.append(job_id)
+        counts = np.bincount(state.gpu_njobs, minlength=len(state.njobs_count))
+        assert list(counts) == state.njobs_count
+        used = state.gpu_used
+        assert state.n_fraction_room == int(((state.gpu_nplain == 0) & (used > 0) & (used < state.gpu_cap)).sum())
+    assert state.n_fraction_room > 0 and len(state.njobs_count) >= 3  # the mix reached both cases

@@ -292,11 +292,10 @@ class CycleResult:
 
 def has_room(state: ClusterState, policy: Policy) -> bool:
     """Whether any job could start now: a free GPU, or (sharing policies) a GPU with a free slot."""
-    if state.n_free > 0:
-        return True
-    if ((state.gpu_nplain == 0) & (state.gpu_used > 0) & (state.gpu_used < state.gpu_cap)).any():
-        return True  # a fraction of a GPU is left
-    return policy.share and bool((state.gpu_njobs < min(state.max_jobs_per_gpu, policy.max_jobs_per_gpu)).any())
+    if state.n_free > 0 or state.n_fraction_room > 0:
+        return True  # a free GPU, or a fraction of one left
+    # (the state counts its GPUs per number of jobs on them)
+    return policy.share and any(state.njobs_count[:min(state.max_jobs_per_gpu, policy.max_jobs_per_gpu)])
 
 
 def nodes_with_room(state: ClusterState, policy: Policy) -> "np.ndarray":

@@ -190,6 +190,10 @@ class ClusterState:
         self.node_gpu_table = table
         self.node_free = np.array([node.n_gpus for node in self.nodes], dtype=np.int32)
         self.n_free = n
+        # what a cycle asks before anything else (has_room), kept by place/release: GPUs per number
+        # of jobs on them, and GPUs a fraction of whose capacity is held with some left
+        self.njobs_count: List[int] = [n]
+        self.n_fraction_room = 0
         self._built = True
 
     @property
@@ -219,9 +223,16 @@ class ClusterState:
         self.jobs[job.job_id] = job
         if job.pod_app:
             self.pod_ids.add(job.job_id)
+        room = self._fraction_room(job.gpus)
         self._charge(job, +1)
+        counts = self.njobs_count
         for g in job.gpus:
-            if self.gpu_njobs[g] == 0:
+            n = int(self.gpu_njobs[g])
+            counts[n] -= 1
+            if n + 1 == len(counts):
+                counts.append(0)
+            counts[n + 1] += 1
+            if n == 0:
                 self.gpu_class0[g] = job.class_id
                 self.gpu_end0[g] = job.expected_end
                 self.node_free[self.gpu_node[g]] -= 1
@@ -231,8 +242,20 @@ class ClusterState:
             if job.exclusive:
                 self.gpu_exclusive[g] = True
             self.gpu_jobs[g].append(job.job_id)
+        self.n_fraction_room += self._fraction_room(job.gpus) - room
         self._log(+1, job)
         return job
+
+    def _fraction_room(self, gpus) -> int:
+        """How many of ``gpus`` have part of their capacity held and some left, no time-shared job."""
+        if not gpus:
+            return 0
+        if len(gpus) == 1:
+            g = gpus[0]
+            return int(self.gpu_nplain[g] == 0 and 0 < self.gpu_used[g] < self.gpu_cap[g])
+        gpus = list(gpus)
+        used = self.gpu_used[gpus]
+        return int(((self.gpu_nplain[gpus] == 0) & (used > 0) & (used < self.gpu_cap[gpus])).sum())
 
     CHANGES_KEPT = 65536
 
@@ -246,10 +269,15 @@ class ClusterState:
         """Forget ``job_id`` (finished, failed or preempted) and free its share of its GPUs."""
         job = self.jobs.pop(job_id)
         self.pod_ids.discard(job_id)
+        room = self._fraction_room(job.gpus)
         self._charge(job, -1)
+        counts = self.njobs_count
         for g in job.gpus:
             residents = self.gpu_jobs[g]
             residents.remove(job_id)
+            n = int(self.gpu_njobs[g])
+            counts[n] -= 1
+            counts[n - 1] += 1
             self.gpu_njobs[g] -= 1
             self.gpu_mem_used[g] = max(0.0, self.gpu_mem_used[g] - job.mem_mb)
             if residents:
@@ -264,6 +292,7 @@ class ClusterState:
                 self.gpu_mem_used[g] = 0.0
                 self.node_free[self.gpu_node[g]] += 1
                 self.n_free += 1
+        self.n_fraction_room += self._fraction_room(job.gpus) - room
         self._log(-1, job)
         return job
 

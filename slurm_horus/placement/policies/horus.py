@@ -453,24 +453,35 @@ class Horus(Policy):
         the limit is e_b / ρ (inf where ρ < RATIO_MIN). Without the benefit test the class tests alone
         decide (inf), and so they do with ``bsbf_gain`` ≥ ½ (no threshold form)."""
         _jt, _rt, ok_c, bsbf_c, _value = tests
-        out = np.zeros(len(res))
+        gain = self.bsbf_gain
         passing = ok_c[res]
-        if passing.any():
-            out[passing] = self._over(cycle, 0.0, res[passing], e_b[passing]) if self.require_benefit else np.inf
-        if self.bsbf_gain > 0:
-            short = bsbf_c[res]
-            if short.any():
-                out[short] = np.maximum(out[short], self._over(cycle, self.bsbf_gain, res[short], e_b[short])
-                                        if self.bsbf_gain < 0.5 else np.inf)
+        short = bsbf_c[res] if gain > 0 else None
+        pass_any, short_any = bool(passing.any()), short is not None and bool(short.any())
+        if not (pass_any or short_any):
+            return np.zeros(len(res))
+        # (every resident at once, the unused ones masked out: fewer steps than gathering subsets)
+        rho = self._ratio_rows(cycle.state.gpu_types[0], cycle.class_id)
+        out = np.zeros(len(res))
+        if pass_any:
+            out = np.where(passing, share_limits(e_b, rho[0][res]) if self.require_benefit else np.inf, 0.0)
+        if short_any:
+            out = np.where(short, np.maximum(out, share_limits(e_b, rho[1][res]) if gain < 0.5 else np.inf), out)
         return out
 
-    def _over(self, cycle, gain, res, e_b):
-        """e_b / ρ at ``gain`` per resident (inf where ρ < RATIO_MIN, 0 where the pair does not fit)."""
-        kept = self.__dict__.setdefault("_share_ratios", {})
-        ratios = kept.get(gain)
-        if ratios is None:
-            ratios = kept[gain] = ShareRatios(gain)
-        return share_limits(e_b, ratios.matrix(self.pairs, cycle.state.gpu_types[0])[cycle.class_id][res])
+    def _ratio_rows(self, gpu_type, c):
+        """SJF-BSBF's ratios ρ (:class:`~.sjf_bsbf.ShareRatios`) of class ``c`` against every class, at
+        gain 0 and at ``bsbf_gain``: kept while the pair table neither grew nor measured a pair."""
+        mat = self.pairs.matrix(gpu_type)
+        kept = self.__dict__.get("_rho_kept")
+        if kept is None or kept[0] is not mat or kept[1] != self.pairs.n_observations or kept[2] != gpu_type:
+            ratios = self.__dict__.setdefault("_share_ratios", {})
+            for gain in (0.0, self.bsbf_gain):
+                if gain not in ratios:
+                    ratios[gain] = ShareRatios(gain)
+            kept = self._rho_kept = (mat, self.pairs.n_observations, gpu_type,
+                                     ratios[0.0].matrix(self.pairs, gpu_type),
+                                     ratios[self.bsbf_gain].matrix(self.pairs, gpu_type))
+        return kept[3][c], kept[4][c]
 
     def _may_pair(self, cycle, feasible, jt, rt, ok_c, bsbf_c):
         """Per resident class (the trailing entry, a free GPU: False): whether some feasible GPU

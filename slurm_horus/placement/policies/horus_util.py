@@ -63,6 +63,7 @@ class HorusUtil(Policy):
         self._log_pos = 0  # position in the state's change log up to which the sums are kept
         self._state = None
         self._util_sum = self._mem_sum = None
+        self._bits, self._bits_ok = None, True  # per GPU its resident classes as bits (_set_bits)
 
     # ---- utilization and memory per class -------------------------------------------------------
     def util_of(self, job_class: str, gpu_type: str) -> float:
@@ -101,6 +102,7 @@ class HorusUtil(Policy):
             self._state = state
             self._util_sum, self._mem_sum = np.zeros(state.n_gpus), np.zeros(state.n_gpus)
             self._residents = np.full((state.n_gpus, self.max_jobs_per_gpu + 1), -1, dtype=np.int64)
+            self._bits, self._bits_ok = np.zeros(state.n_gpus, dtype=np.int64), True
             for running in state.jobs.values():
                 self._add(state, running, 1.0)
             self._log_pos = state.changes_base + len(state.changes)
@@ -129,6 +131,7 @@ class HorusUtil(Policy):
                 if row[i] == want:
                     row[i] = cid if sign > 0 else -1
                     break
+            self._set_bits(g, row)
             return
         self._util_sum[gpus] += sign * util[cid]
         self._mem_sum[gpus] += sign * (running.mem_mb or mem[cid])
@@ -137,6 +140,18 @@ class HorusUtil(Policy):
             free = np.flatnonzero(row == (-1 if sign > 0 else cid))
             if len(free):
                 self._residents[g, free[0]] = cid if sign > 0 else -1
+            self._set_bits(int(g), self._residents[g])
+
+    def _set_bits(self, g, row):
+        """GPU ``g``'s resident classes as a bit set (bit c: a job of class c runs there), while every
+        class id fits in one int64 (then :meth:`_fits_with_every_resident` reads it)."""
+        bits = 0
+        for cid in row.tolist():
+            if cid >= 63:
+                self._bits_ok = False
+            elif cid >= 0:
+                bits |= 1 << cid
+        self._bits[g] = bits
 
     # ---- the pipeline ----------------------------------------------------------------------------
     def decide(self, state, req, ctx=None, explain=False):
@@ -188,6 +203,12 @@ class HorusUtil(Policy):
             clash = self._clash(state.gpu_types[0], c)
             if not clash.any():
                 return ok
+            if self._bits_ok and len(clash) <= 64:
+                # no resident of a clashing class: one AND per GPU over its residents' bit set
+                mask = 0
+                for k in np.flatnonzero(clash[:-1]).tolist():
+                    mask |= 1 << k
+                return (self._bits[cycle.idx] & mask) == 0
             # a GPU with at most one job: its only resident is its first (gpu_class0; -1 when free);
             # the others: every slot
             ok = ~clash[state.gpu_class0[cycle.idx]]
