@@ -332,8 +332,17 @@ class SJFBSBF(SJFMixin, Policy):
         measured = self.pairs.measured
         if not self.sub_batch:
             return measured.get(req.job_class, 0)
-        variants = self._smaller_batches(req.job_class, self.pairs.classes.names)
-        return (measured.get(req.job_class, 0),) + tuple(measured.get(v, 0) for _, _, v in variants)
+        # (kept per class while no pair is measured and no class is new: asked at every known wait)
+        cache = self.__dict__.setdefault("_stamps", {})
+        names = self.pairs.classes.names
+        version = (id(self.pairs), self.pairs.n_observations, id(names), len(names))
+        found = cache.get(req.job_class)
+        if found is not None and found[0] == version:
+            return found[1]
+        variants = self._smaller_batches(req.job_class, names)
+        stamp = (measured.get(req.job_class, 0),) + tuple(measured.get(v, 0) for _, _, v in variants)
+        cache[req.job_class] = (version, stamp)
+        return stamp
 
     def _quick_wait(self, state, feasible, c, req, now) -> Optional[str]:
         """The reason the pipeline gives a job that must wait, when the share limits show it (one GPU
