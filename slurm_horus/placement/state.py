@@ -194,6 +194,8 @@ class ClusterState:
         # of jobs on them, and GPUs a fraction of whose capacity is held with some left
         self.njobs_count: List[int] = [n]
         self.n_fraction_room = 0
+        # per node, GPUs another job may join at all (running fewer than max_jobs_per_gpu, none exclusive)
+        self.node_joinable = np.zeros(len(self.nodes), dtype=np.int32)
         self._built = True
 
     @property
@@ -232,6 +234,7 @@ class ClusterState:
             if n + 1 == len(counts):
                 counts.append(0)
             counts[n + 1] += 1
+            self.node_joinable[self.gpu_node[g]] -= self._joinable(g)
             if n == 0:
                 self.gpu_class0[g] = job.class_id
                 self.gpu_end0[g] = job.expected_end
@@ -242,9 +245,14 @@ class ClusterState:
             if job.exclusive:
                 self.gpu_exclusive[g] = True
             self.gpu_jobs[g].append(job.job_id)
+            self.node_joinable[self.gpu_node[g]] += self._joinable(g)
         self.n_fraction_room += self._fraction_room(job.gpus) - room
         self._log(+1, job)
         return job
+
+    def _joinable(self, g) -> int:
+        """Whether another job may join GPU ``g`` at all (1 or 0): busy, with room, none exclusive."""
+        return int(0 < self.gpu_njobs[g] < self.max_jobs_per_gpu and not self.gpu_exclusive[g])
 
     def _fraction_room(self, gpus) -> int:
         """How many of ``gpus`` have part of their capacity held and some left, no time-shared job."""
@@ -278,6 +286,8 @@ class ClusterState:
             n = int(self.gpu_njobs[g])
             counts[n] -= 1
             counts[n - 1] += 1
+            node = self.gpu_node[g]
+            self.node_joinable[node] -= self._joinable(g)
             self.gpu_njobs[g] -= 1
             self.gpu_mem_used[g] = max(0.0, self.gpu_mem_used[g] - job.mem_mb)
             if residents:
@@ -292,6 +302,7 @@ class ClusterState:
                 self.gpu_mem_used[g] = 0.0
                 self.node_free[self.gpu_node[g]] += 1
                 self.n_free += 1
+            self.node_joinable[node] += self._joinable(g)
         self.n_fraction_room += self._fraction_room(job.gpus) - room
         self._log(-1, job)
         return job
