@@ -292,6 +292,7 @@ class Horus(Policy):
             return waits  # the partners only rose: every class test is as hard or harder
         floor, lower = before[fell] - self.partner_slack, now[fell] - self.partner_slack
         shareable = room = None  # per GPU: shareable at all; per node: GPUs free or shareable
+        ok_all = bsbf_all = None  # every class's tests under the new partners (:meth:`_all_class_tests`)
         kept, eased_gpus = {}, {}
         for request, value in waits.items():
             req = value[2]
@@ -303,9 +304,9 @@ class Horus(Policy):
                     combined = mat[c][fell] + mat[fell, c]
                     # only a resident class whose bar fell across the pair's combined may now pass
                     if ((combined >= lower) & (combined < floor)).any():
-                        cycle = Cycle(state, req, ctx, c)
-                        tests = self._class_tests(cycle)
-                        eased = fell[tests[2][fell] & (combined < floor)]
+                        if ok_all is None:
+                            ok_all, bsbf_all = self._all_class_tests(state, ctx)
+                        eased = fell[ok_all[c][fell] & (combined < floor)]
                         gpus = ()
                         if len(eased):
                             if shareable is None:
@@ -316,7 +317,9 @@ class Horus(Policy):
                             gpus = np.flatnonzero(shareable & eased_c[state.gpu_class0])
                         if len(gpus):
                             e_b = np.maximum(state.gpu_end0[gpus] - ctx.now, 1.0)
-                            found = (gpus, self._limits(cycle, tests, state.gpu_class0[gpus], e_b))
+                            res = state.gpu_class0[gpus]
+                            found = (gpus, self._limits_at(state.gpu_types[0], c, ok_all[c][res], bsbf_all[c][res],
+                                                           res, e_b))
                 eased_gpus[req.job_class] = found
             if found is None:
                 continue
@@ -341,20 +344,43 @@ class Horus(Policy):
         limit (:meth:`_limits` at its remaining time) is above E_a (:meth:`_multi_wait`; for one GPU
         :meth:`_waits`: none at all, the class limits being the largest of the GPUs'): a release
         changes that only on its nodes (:func:`~..framework.kept_after_release`)."""
-        mat = self.pairs.matrix(state.gpu_types[0])
-        # a pair passes a class test only if both keep min_tput and their combined reaches the lowest bar
-        bar = min(self.min_combined, self.min_combined_known, 1.0 if self.bsbf_gain > 0 else np.inf)
+        gpu_type = state.gpu_types[0]
+        ok_all, bsbf_all = self._all_class_tests(state, ctx)
 
         def limits(req, c, residents, e_b):
-            jt, rt = mat[c][residents], mat[residents, c]
-            may = np.flatnonzero((jt >= self.min_tput) & (rt >= self.min_tput) & (jt + rt >= bar))
-            out = np.zeros(len(residents))
-            if len(may):
-                cycle = Cycle(state, req, ctx, c)
-                out[may] = self._limits(cycle, self._class_tests(cycle), residents[may], e_b[may])
-            return out
+            return self._limits_at(gpu_type, c, ok_all[c][residents], bsbf_all[c][residents], residents, e_b)
 
         return kept_after_release(state, waits, nodes, self.max_jobs_per_gpu, ctx.now, limits, RATIO_EPS)
+
+    def _all_class_tests(self, state, ctx):
+        """The class tests of :meth:`_class_tests` for every class at once, without the free-GPU
+        entry: (ok, bsbf), matrices [job class, resident class] equal to the rows ``ok_c`` and
+        ``bsbf_c`` of each class (the same arithmetic, every class's row in one step). Kept while the
+        pair table and the window's best partners stay."""
+        gpu_type = state.gpu_types[0]
+        mat = self.pairs.matrix(gpu_type)
+        window = ctx.extra.get("window")
+        partners = None
+        if window is not None and len(window):
+            best = self._partner_by_class(Cycle(state, None, ctx, -1), window)
+            partners = ctx.extra[("_best_partner_key", id(self), gpu_type)]
+        key = (id(mat), len(mat), self.pairs.n_observations, gpu_type, partners)
+        kept = self.__dict__.get("_all_tests")
+        if kept is not None and kept[0] == key and kept[1] is mat:
+            return kept[2]
+        jt, rt = mat, mat.T
+        combined = jt + rt
+        threshold = self.min_combined
+        if self.min_combined_known != self.min_combined:
+            known = self.pairs.known(gpu_type)
+            threshold = np.where(known & known.T, self.min_combined_known, self.min_combined)
+        both_fast = (jt >= self.min_tput) & (rt >= self.min_tput)
+        ok = (combined >= threshold) & both_fast
+        if partners is not None:
+            ok &= combined >= best[:len(mat)] - self.partner_slack
+        bsbf = (combined >= 1.0) & both_fast if self.bsbf_gain > 0 else np.zeros(mat.shape, dtype=bool)
+        self._all_tests = (key, mat, (ok, bsbf))
+        return ok, bsbf
 
     def _multi_wait(self, cycle, feasible):
         """The reason the pipeline gives a multi-GPU job that must wait, when it is known without
@@ -453,14 +479,19 @@ class Horus(Policy):
         the limit is e_b / ρ (inf where ρ < RATIO_MIN). Without the benefit test the class tests alone
         decide (inf), and so they do with ``bsbf_gain`` ≥ ½ (no threshold form)."""
         _jt, _rt, ok_c, bsbf_c, _value = tests
+        return self._limits_at(cycle.state.gpu_types[0], cycle.class_id, ok_c[res], bsbf_c[res], res, e_b)
+
+    def _limits_at(self, gpu_type, c, passing, short, res, e_b):
+        """:meth:`_limits` of class ``c`` from its class tests at the residents (``passing``: ok_c,
+        ``short``: bsbf_c)."""
         gain = self.bsbf_gain
-        passing = ok_c[res]
-        short = bsbf_c[res] if gain > 0 else None
+        if gain <= 0:
+            short = None
         pass_any, short_any = bool(passing.any()), short is not None and bool(short.any())
         if not (pass_any or short_any):
             return np.zeros(len(res))
         # (every resident at once, the unused ones masked out: fewer steps than gathering subsets)
-        rho = self._ratio_rows(cycle.state.gpu_types[0], cycle.class_id)
+        rho = self._ratio_rows(gpu_type, c)
         out = np.zeros(len(res))
         if pass_any:
             out = np.where(passing, share_limits(e_b, rho[0][res]) if self.require_benefit else np.inf, 0.0)
