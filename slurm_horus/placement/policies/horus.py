@@ -710,11 +710,21 @@ class Horus(Policy):
         mat = self.pairs.matrix(name)
         best = cache.get((id(self), name))
         if best is None or len(best) != len(mat) + 1:
-            w = np.fromiter(set(window), dtype=np.intp)  # (each class once: the same maximum)
-            # trailing 0: a free GPU (resident -1) has no partner to keep it for
-            best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
-            cache[(id(self), name)] = best
-            cycle.ctx.extra[("_best_partner_key", id(self), name)] = best.tobytes()  # its values
+            classes = frozenset(window)
+            # kept across cycles too, per set of window classes (a cycle's window is mostly the last's)
+            kept = self.__dict__.setdefault("_partners_kept", {})
+            key = (name, id(mat), len(mat), self.pairs.n_observations, classes)
+            found = kept.get(key)
+            if found is None or found[2] is not mat:
+                w = np.fromiter(classes, dtype=np.intp)  # (each class once: the same maximum)
+                # trailing 0: a free GPU (resident -1) has no partner to keep it for
+                best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
+                best.flags.writeable = False
+                if len(kept) >= 256:
+                    kept.clear()
+                found = kept[key] = (best, best.tobytes(), mat)  # its values, for the token
+            best = cache[(id(self), name)] = found[0]
+            cycle.ctx.extra[("_best_partner_key", id(self), name)] = found[1]
         return best
 
     def _best_partner(self, cycle, window):
