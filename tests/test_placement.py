@@ -277,8 +277,8 @@ def test_horus_util_utilization_cap_option_shares_only_below_the_sum():
 
 
 def test_horus_util_sums_follow_the_state_change_log_through_trims():
-    """horus-util keeps per-GPU utilization, memory and resident classes from the state's change log;
-    after random places and releases (a job re-placed under its id included, the log trimmed) they
+    """horus-util keeps per-GPU utilization, memory and resident classes (and their bit sets) from the
+    state's change log; after random places and releases (a job re-placed under its id included, the log trimmed) they
     equal the sums a fresh policy builds from the jobs."""
     rng = np.random.default_rng(5)
     state = build_cluster([NodeGroup(2, 4, "v100", 16000.0)], max_jobs_per_gpu=3)
@@ -309,6 +309,8 @@ def test_horus_util_sums_follow_the_state_change_log_through_trims():
     np.testing.assert_allclose(policy._util_sum, fresh._util_sum, atol=1e-9)
     np.testing.assert_allclose(policy._mem_sum, fresh._mem_sum, atol=1e-9)
     assert (np.sort(policy._residents, axis=1) == np.sort(fresh._residents, axis=1)).all()
+    # each GPU's resident classes as a bit set (what the clash test reads): bit c for a class-c job there
+    assert list(policy._bits) == [sum(1 << int(c) for c in set(row.tolist()) if c >= 0) for row in policy._residents]
 
 
 def test_horus_util_queue_by_utilization_with_look_ahead():
