@@ -595,6 +595,39 @@ def test_horus_quick_decision_is_the_pipelines(rule, options):
     assert seen >= {(True, True), (True, False), (False, False)}  # every kind of answer was compared
 
 
+@pytest.mark.parametrize("options", [{}, {"min_combined_known": 1.05}, {"bsbf_gain": 0.0}])
+def test_horus_every_class_tests_at_once_equal_each_class_tests(options):
+    """The filters of horus's kept waits read every class's tests at once (``_all_class_tests``): each
+    row must equal that class's ``_class_tests`` (without the free-GPU entry), whatever the window,
+    as windows change from cycle to cycle and as pairs are measured."""
+    from slurm_horus.placement.framework import Cycle
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(11)
+    classes = [f"k{i}" for i in range(7)]
+    values = {(a, b): float(rng.choice([0.3, 0.45, 0.5, 0.6, 0.75, 0.9])) for a in classes for b in classes}
+    state = cluster(2, 4)
+    policy = Horus(PairTable(TablePredictor(values), state.classes), **options)
+    for c in classes:
+        state.classes.id(c)
+    compared = 0
+    for step in range(40):
+        window = [state.classes.id(str(c)) for c in rng.choice(classes, int(rng.integers(1, 5)))] if step % 4 else None
+        for measured in (False, True):
+            if measured:  # a pair measured between two cycles of the same window
+                a, b = rng.choice(classes, 2)
+                policy.observe("v100", str(a), str(b), float(rng.choice([0.2, 0.55, 0.95])))
+            ctx = SchedulingContext(100.0, 5, 5)
+            if window is not None:
+                ctx.extra["window"] = list(window)
+            ok_all, bsbf_all = policy._all_class_tests(state, ctx)
+            for c in range(len(classes)):
+                tests = policy._class_tests(Cycle(state, None, ctx, c))
+                assert (tests[2][:-1] == ok_all[c]).all() and (tests[3][:-1] == bsbf_all[c]).all(), (step, c)
+                compared += 1
+    assert compared == 80 * len(classes)
+
+
 def test_sjf_bsbf_quick_decision_is_the_pipelines():
     """sjf-bsbf's shortcut (a 1-GPU job takes the first free GPU) gives exactly the pipeline's
     decision: random loaded clusters with and without free GPUs, 1- and 2-GPU jobs, partitions."""
