@@ -194,6 +194,7 @@ class ClusterState:
         # of jobs on them, and GPUs a fraction of whose capacity is held with some left
         self.njobs_count: List[int] = [n]
         self.n_fraction_room = 0
+        self._fractions = False  # a fraction of a GPU was ever held (else no GPU can be partly held)
         # per node, GPUs another job may join at all (running fewer than max_jobs_per_gpu, none exclusive)
         self.node_joinable = np.zeros(len(self.nodes), dtype=np.int32)
         self._built = True
@@ -225,34 +226,38 @@ class ClusterState:
         self.jobs[job.job_id] = job
         if job.pod_app:
             self.pod_ids.add(job.job_id)
-        room = self._fraction_room(job.gpus)
+        if job.gpu_units > 0:
+            self._fractions = True
+        track = self._fractions
+        room = self._fraction_room(job.gpus) if track else 0
         self._charge(job, +1)
-        counts = self.njobs_count
+        counts, most = self.njobs_count, self.max_jobs_per_gpu
         for g in job.gpus:
             n = int(self.gpu_njobs[g])
             counts[n] -= 1
             if n + 1 == len(counts):
                 counts.append(0)
             counts[n + 1] += 1
-            self.node_joinable[self.gpu_node[g]] -= self._joinable(g)
+            node = self.gpu_node[g]
+            exclusive = bool(self.gpu_exclusive[g])
+            # another job may join (busy, with room, none exclusive): before and after this one
+            joinable = (0 < n + 1 < most and not (exclusive or job.exclusive)) - (0 < n < most and not exclusive)
+            if joinable:
+                self.node_joinable[node] += joinable
             if n == 0:
                 self.gpu_class0[g] = job.class_id
                 self.gpu_end0[g] = job.expected_end
-                self.node_free[self.gpu_node[g]] -= 1
+                self.node_free[node] -= 1
                 self.n_free -= 1
             self.gpu_njobs[g] += 1
             self.gpu_mem_used[g] += job.mem_mb
             if job.exclusive:
                 self.gpu_exclusive[g] = True
             self.gpu_jobs[g].append(job.job_id)
-            self.node_joinable[self.gpu_node[g]] += self._joinable(g)
-        self.n_fraction_room += self._fraction_room(job.gpus) - room
+        if track:
+            self.n_fraction_room += self._fraction_room(job.gpus) - room
         self._log(+1, job)
         return job
-
-    def _joinable(self, g) -> int:
-        """Whether another job may join GPU ``g`` at all (1 or 0): busy, with room, none exclusive."""
-        return int(0 < self.gpu_njobs[g] < self.max_jobs_per_gpu and not self.gpu_exclusive[g])
 
     def _fraction_room(self, gpus) -> int:
         """How many of ``gpus`` have part of their capacity held and some left, no time-shared job."""
@@ -277,9 +282,10 @@ class ClusterState:
         """Forget ``job_id`` (finished, failed or preempted) and free its share of its GPUs."""
         job = self.jobs.pop(job_id)
         self.pod_ids.discard(job_id)
-        room = self._fraction_room(job.gpus)
+        track = self._fractions
+        room = self._fraction_room(job.gpus) if track else 0
         self._charge(job, -1)
-        counts = self.njobs_count
+        counts, most = self.njobs_count, self.max_jobs_per_gpu
         for g in job.gpus:
             residents = self.gpu_jobs[g]
             residents.remove(job_id)
@@ -287,23 +293,27 @@ class ClusterState:
             counts[n] -= 1
             counts[n - 1] += 1
             node = self.gpu_node[g]
-            self.node_joinable[node] -= self._joinable(g)
+            was_joinable = 0 < n < most and not self.gpu_exclusive[g]
             self.gpu_njobs[g] -= 1
             self.gpu_mem_used[g] = max(0.0, self.gpu_mem_used[g] - job.mem_mb)
             if residents:
                 first = self.jobs[residents[0]]
                 self.gpu_class0[g] = first.class_id
                 self.gpu_end0[g] = first.expected_end
-                self.gpu_exclusive[g] = any(self.jobs[j].exclusive for j in residents)
+                exclusive = any(self.jobs[j].exclusive for j in residents)
+                self.gpu_exclusive[g] = exclusive
             else:
                 self.gpu_class0[g] = -1
                 self.gpu_end0[g] = 0.0
-                self.gpu_exclusive[g] = False
+                self.gpu_exclusive[g] = exclusive = False
                 self.gpu_mem_used[g] = 0.0
-                self.node_free[self.gpu_node[g]] += 1
+                self.node_free[node] += 1
                 self.n_free += 1
-            self.node_joinable[node] += self._joinable(g)
-        self.n_fraction_room += self._fraction_room(job.gpus) - room
+            joinable = (0 < n - 1 < most and not exclusive) - was_joinable
+            if joinable:
+                self.node_joinable[node] += joinable
+        if track:
+            self.n_fraction_room += self._fraction_room(job.gpus) - room
         self._log(-1, job)
         return job
 
