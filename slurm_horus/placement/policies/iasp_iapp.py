@@ -123,6 +123,8 @@ class IaspIapp(Policy):
         if self.pairs is None or req.gpu_units > 0 or len(state.gpu_types) != 1 or type(self).score_gpus \
                 is not IaspIapp.score_gpus or type(self)._fill_predictions is not Policy._fill_predictions:
             return False
+        if req.n_gpus == 1 and feasible.first_free >= 0:
+            return False  # a free feasible GPU: one node with one usable GPU (no count needed)
         mat = self.pairs.matrix(state.gpu_types[0])
         key = ("iasp-usable", c, len(mat), self.pairs.n_observations)
         usable = feasible.memo.get(key)
