@@ -342,6 +342,20 @@ def test_iasp_picks_least_similar_node_then_best_gpu():
     assert state.gpu_node[d.gpu_ids[0]] == 1
 
 
+def test_iasp_equal_similarity_goes_to_the_first_node():
+    """Nodes of equal similarity (here: the idle ones, 0) are taken in node order, for one node or
+    several."""
+    state = cluster(4, 2)
+    state.place(RunningJob("a", "a", (0,), 0.0, 100.0))  # node 0: similar to n (0.4)
+    table = TablePredictor({("n", "a"): 0.6, ("a", "n"): 0.9}, default=0.9)
+    policy = make_policy("iasp-iapp", models_for(state, table))
+    d = run(policy, state, JobRequest("n", "n"))
+    assert state.gpu_node[d.gpu_ids[0]] == 1
+    state.release("n")
+    d = run(policy, state, JobRequest("m", "n", gpus_per_node=2, nodes=2))
+    assert sorted({int(state.gpu_node[g]) for g in d.gpu_ids}) == [1, 2]
+
+
 def test_iasp_two_stages_node_by_similarity_then_gpus_by_performance_and_communication():
     state = cluster(2, 4)  # GPUs 0,1 | 2,3 share a switch on each node
     state.place(RunningJob("a", "a", (0,), 0.0, 100.0))  # node 0: a (similar to n), node 1: b (not)

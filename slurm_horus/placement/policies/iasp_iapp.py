@@ -147,7 +147,10 @@ class IaspIapp(Policy):
         if len(candidates) < req.nodes:
             return None
         similarity = self.node_similarity(state, cycle.class_id)[candidates]
-        chosen = candidates[np.argsort(similarity, kind="stable")[:req.nodes]]  # ties: node order
+        if req.nodes == 1 and not np.isnan(similarity).any():
+            chosen = candidates[[int(np.argmin(similarity))]]  # the stable sort's first: the first of the least
+        else:
+            chosen = candidates[np.argsort(similarity, kind="stable")[:req.nodes]]  # ties: node order
         picks = [self.node_gpus(cycle, node) for node in sorted(chosen)]
         return np.concatenate(picks)
 
