@@ -610,10 +610,13 @@ def test_horus_quick_decision_is_the_pipelines(rule, options):
 
 
 @pytest.mark.parametrize("options", [{}, {"min_combined_known": 1.05}, {"bsbf_gain": 0.0}])
-def test_horus_every_class_tests_at_once_equal_each_class_tests(options):
-    """The filters of horus's kept waits read every class's tests at once (``_all_class_tests``): each
-    row must equal that class's ``_class_tests`` (without the free-GPU entry), whatever the window,
-    as windows change from cycle to cycle and as pairs are measured."""
+def test_horus_class_tests_are_the_rule_pair_by_pair(options):
+    """horus's class tests, read at once by the kept waits' filters (``_all_class_tests``) and per
+    class by decisions (``_class_tests``), are the rule evaluated pair by pair: combined ≥ the bar
+    (``min_combined_known`` for a pair measured both ways), both ≥ ``min_tput``, and combined ≥ the
+    window's best partner − ``partner_slack``; the short-next-to-long part: combined ≥ 1 and both ≥
+    ``min_tput``. Checked as windows change from cycle to cycle and as pairs are measured (the kept
+    values must follow both), the free-GPU entry included."""
     from slurm_horus.placement.framework import Cycle
     from slurm_horus.placement.policies.horus import Horus
 
@@ -624,6 +627,22 @@ def test_horus_every_class_tests_at_once_equal_each_class_tests(options):
     policy = Horus(PairTable(TablePredictor(values), state.classes), **options)
     for c in classes:
         state.classes.id(c)
+    n = len(classes)
+
+    def expected(window):
+        mat, known = policy.pairs.matrix("v100"), policy.pairs.known("v100")
+        ok, bsbf = np.zeros((n, n), dtype=bool), np.zeros((n, n), dtype=bool)
+        for c in range(n):
+            for r in range(n):
+                jt, rt = float(mat[c, r]), float(mat[r, c])
+                both = jt >= policy.min_tput and rt >= policy.min_tput
+                bar = policy.min_combined_known if known[c, r] and known[r, c] else policy.min_combined
+                ok[c, r] = jt + rt >= bar and both
+                if window:
+                    ok[c, r] &= jt + rt >= max(float(mat[w, r] + mat[r, w]) for w in window) - policy.partner_slack
+                bsbf[c, r] = policy.bsbf_gain > 0 and jt + rt >= 1.0 and both
+        return ok, bsbf
+
     compared = 0
     for step in range(40):
         window = [state.classes.id(str(c)) for c in rng.choice(classes, int(rng.integers(1, 5)))] if step % 4 else None
@@ -634,12 +653,15 @@ def test_horus_every_class_tests_at_once_equal_each_class_tests(options):
             ctx = SchedulingContext(100.0, 5, 5)
             if window is not None:
                 ctx.extra["window"] = list(window)
+            ok, bsbf = expected(window)
             ok_all, bsbf_all = policy._all_class_tests(state, ctx)
-            for c in range(len(classes)):
+            assert (ok_all == ok).all() and (bsbf_all == bsbf).all(), step
+            for c in range(n):
                 tests = policy._class_tests(Cycle(state, None, ctx, c))
-                assert (tests[2][:-1] == ok_all[c]).all() and (tests[3][:-1] == bsbf_all[c]).all(), (step, c)
+                assert (tests[2][:-1] == ok[c]).all() and (tests[3][:-1] == bsbf[c]).all(), (step, c)
+                assert tests[2][-1] and not tests[3][-1]  # a free GPU: passes, no short-next-to-long
                 compared += 1
-    assert compared == 80 * len(classes)
+    assert compared == 80 * n and 0 < ok.sum() < ok.size
 
 
 def test_sjf_bsbf_quick_decision_is_the_pipelines():

@@ -523,7 +523,8 @@ def _cycle(state, policy, queue, ctx, order, start, preempt, options, explain, s
     depth, tried, examined = options.queue_depth, 0, 0
     while tried < depth:
         # pass over, one C-level step each, the jobs that left (a reclaim or the caller took them
-        # out meanwhile) and those of a request shape that did not fit (most of a long queue)
+        # out meanwhile: :func:`_current`, inlined) and those of a request shape that did not fit (most
+        # of a long queue)
         for key, entry in walk:
             if entry is not None and (entry[0] is key or entry[0] == key):
                 examined += 1

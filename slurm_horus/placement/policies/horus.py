@@ -353,10 +353,11 @@ class Horus(Policy):
         return kept_after_release(state, waits, nodes, self.max_jobs_per_gpu, ctx.now, limits, RATIO_EPS)
 
     def _all_class_tests(self, state, ctx):
-        """The class tests of :meth:`_class_tests` for every class at once, without the free-GPU
-        entry: (ok, bsbf), matrices [job class, resident class] equal to the rows ``ok_c`` and
-        ``bsbf_c`` of each class (the same arithmetic, every class's row in one step). Kept while the
-        pair table and the window's best partners stay."""
+        """The class tests for every class at once, without the free-GPU entry: (ok, bsbf), matrices
+        [job class, resident class]; row c is class c's ``ok_c`` and ``bsbf_c`` of
+        :meth:`_class_tests` (combined, the known-pair threshold, ``min_tput`` and the window's best
+        partners; the short-next-to-long exception's class part). Kept while the pair table and the
+        window's best partners stay."""
         gpu_type = state.gpu_types[0]
         mat = self.pairs.matrix(gpu_type)
         window = ctx.extra.get("window")
@@ -668,23 +669,15 @@ class Horus(Policy):
         return found
 
     def _compute_class_tests(self, cycle, c, mat):
-        state = cycle.state
+        """Class ``c``'s row of :meth:`_all_class_tests`, with a free GPU's entry appended (its
+        partner runs alone at 1.0: combined 2.0, against ``min_combined`` and no window partner, 0)."""
+        ok_all, bsbf_all = self._all_class_tests(cycle.state, cycle.ctx)
         jt = np.append(mat[c], 1.0)
         rt = np.append(mat[:, c], 1.0)
-        combined = jt + rt
-        threshold = self.min_combined
-        if self.min_combined_known != self.min_combined:
-            known = self.pairs.known(state.gpu_types[0])
-            threshold = np.append(np.where(known[c] & known[:, c], self.min_combined_known, self.min_combined),
-                                  self.min_combined)
-        both_fast = (jt >= self.min_tput) & (rt >= self.min_tput)
-        ok_c = (combined >= threshold) & both_fast
-        window = cycle.ctx.extra.get("window")
-        if window is not None and len(window):
-            ok_c &= combined >= self._partner_by_class(cycle, window) - self.partner_slack
-        bsbf_c = (combined >= 1.0) & both_fast if self.bsbf_gain > 0 else np.zeros(len(jt), dtype=bool)
-        bsbf_c[-1] = False  # a free GPU has no partner
-        value = combined if self.score_rule == "combined" else jt + 0.5 * rt
+        free_ok = 2.0 >= self.min_combined and 1.0 >= self.min_tput and 2.0 >= 0.0 - self.partner_slack
+        ok_c = np.append(ok_all[c], free_ok)
+        bsbf_c = np.append(bsbf_all[c], False)  # a free GPU has no partner
+        value = jt + rt if self.score_rule == "combined" else jt + 0.5 * rt
         value[-1] = self.free_score
         return jt, rt, ok_c, bsbf_c, value
 
