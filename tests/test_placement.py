@@ -436,6 +436,42 @@ def test_pair_table_grows_with_new_classes():
     assert table.tput("v100", "a", "b") == pytest.approx(0.3)
 
 
+class SourcedPredictor(TablePredictor):
+    """TablePredictor that says where each answer came from: ``sure`` pairs from memory (σ 0)."""
+
+    def __init__(self, pairs=None, default=0.5, sure=()):
+        super().__init__(pairs, default)
+        self.sure = set(sure)
+
+    def sources_pairs(self, targets, corunners, gpu_type):
+        return ["memory" if (t, c) in self.sure else "cf" for t, c in zip(targets, corunners)]
+
+
+def test_pair_table_calibration_moves_unmeasured_pairs_by_the_measured_residuals():
+    state = cluster()
+    predictor = SourcedPredictor(default=0.5, sure={("a", "d")})
+    plain, table = PairTable(predictor, state.classes), PairTable(predictor, state.classes, calibrate=2.0)
+    for t in (plain, table):
+        for name in "abcd":
+            t.tput("v100", name, "a")
+        t.observe("v100", "a", "b", 0.2)  # class a as the target runs 0.3 below the prediction
+        t.observe("v100", "a", "c", 0.2)
+    # residuals -0.3, -0.3; shrinkage 2: μ = -0.6 / 4, β_a = 2 × -0.15 / 4, γ_b = γ_c = -0.075 / 3
+    assert table.tput("v100", "a", "b") == pytest.approx(0.2)  # measured: the measurement
+    assert table.tput("v100", "a", "a") == pytest.approx(0.5 - 0.15 - 0.075)
+    assert table.tput("v100", "d", "b") == pytest.approx(0.5 - 0.15 - 0.025)
+    assert table.tput("v100", "a", "d") == pytest.approx(0.5)  # the predictor is sure (σ 0): left alone
+    assert table.tput("v100", "a", "e") == pytest.approx(0.5 - 0.15 - 0.075)  # a class seen later too
+    assert plain.tput("v100", "a", "a") == pytest.approx(0.5)  # without calibration one pair at a time
+    a, c = state.classes.ids["a"], state.classes.ids["c"]
+    assert plain.changes_since(plain.n_observations - 1) == [("v100", a, c)]
+    assert table.changes_since(table.n_observations - 1) is None  # every unmeasured value moved
+    assert table.changes_since(table.n_observations) == []
+    assert make_policy("horus-risk/calibrate=2", models_for(state, predictor)).pairs.calibrate == 2.0
+    assert make_policy("horus-risk", models_for(state, predictor)).pairs.calibrate == 3.0  # its default
+    assert make_policy("horus", models_for(state, predictor)).pairs.calibrate == 0  # off: thresholds set without
+
+
 @pytest.mark.parametrize("name", POLICY_NAMES)
 def test_every_policy_places_on_an_empty_cluster(name):
     state = build_cluster([NodeGroup(1, 2, "v100", 16000.0, ("train", "infer", "default"))])

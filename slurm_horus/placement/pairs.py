@@ -12,6 +12,16 @@ each predictor showed on pairs it had not seen, ``bench/bench_interference.py`` 
 docs/interference.md — cf 0.079 on a new GPU type, mlp 0.101, utilization 0.074 on a new class; the
 default prior is a guess over the whole range, σ of a uniform value on [0, 1]); a pair measured on
 this cluster has ``OBSERVED_SIGMA / sqrt(times measured)``.
+
+With ``calibrate`` > 0 the measured pairs also correct the predictions of the pairs not measured yet
+on their GPU type, as collaborative filtering's bias terms do: the residuals r = measured − predicted
+are fitted by an offset of the GPU type (μ), one per class as the target (β) and one per class as the
+co-runner (γ), each a shrunk mean (``calibrate`` is the number of pairs a mean counts as already having
+seen at 0), and an unmeasured pair is predicted ``prior + μ + β_target + γ_corunner`` (clipped to [0,
+1.5]; a pair the predictor is sure of, σ 0, such as one that does not fit in memory, is left alone).
+A new GPU type is then learned from a few measured pairs per class instead of one pair at a time: on
+the three truths of ``bench/bench_robust.py`` these offsets, fitted on every pair, take the predictors'
+mean absolute error from 0.214 / 0.136 / 0.162 (V100 / P100 / RTX 3090) to 0.124 / 0.065 / 0.066.
 """
 
 from collections import deque
@@ -54,8 +64,10 @@ def _predict_block(predictor: Predictor, targets: Sequence[str], corunners: Sequ
 class PairTable:
     """Predicted pair throughputs for the classes seen so far, per GPU type."""
 
-    def __init__(self, predictor: Predictor, classes: ClassIndex, learn: bool = True, exact: bool = False):
+    def __init__(self, predictor: Predictor, classes: ClassIndex, learn: bool = True, exact: bool = False,
+                 calibrate: float = 0.0):
         self.predictor = predictor
+        self.calibrate = calibrate  # shrinkage of the learned offsets (module docstring); 0: off
         self.classes = classes
         self.learn = learn
         self.exact = exact  # every value is a measurement (the simulator's truth, for the oracle)
@@ -63,6 +75,8 @@ class PairTable:
         self._known: Dict[str, np.ndarray] = {}
         self._sigma: Dict[str, np.ndarray] = {}
         self._filled: Dict[str, int] = {}
+        self._prior: Dict[str, np.ndarray] = {}  # the predictor's values (what calibration corrects)
+        self._reset_at = 0  # n_observations when every unmeasured value last changed (calibration)
         self._observed: Dict[Tuple[str, str, str], Tuple[float, int]] = {}
         self.n_observations = 0
         self.measured: Dict[str, int] = {}  # class -> measured pairs it is part of (either side)
@@ -79,9 +93,10 @@ class PairTable:
         return self._mats[gpu_type]
 
     def _grow(self, gpu_type: str, old: int, n: int):
-        mat = np.zeros((n, n))
+        mat, prior = np.zeros((n, n)), np.zeros((n, n))
         if old:
             mat[:old, :old] = self._mats[gpu_type][:old, :old]
+            prior[:old, :old] = self._prior[gpu_type][:old, :old]
         names = self.classes.names[:n]
         # every pair touching a new class: new rows fully, new columns of old rows
         ta, tb = [], []
@@ -92,6 +107,7 @@ class PairTable:
                     tb.append(b)
         values = _predict_block(self.predictor, [names[a] for a in ta], [names[b] for b in tb], gpu_type)
         mat[np.array(ta), np.array(tb)] = values
+        prior[np.array(ta), np.array(tb)] = values
         sigma = np.zeros((n, n))
         if old:
             sigma[:old, :old] = self._sigma[gpu_type][:old, :old]
@@ -108,7 +124,26 @@ class PairTable:
         self._mats[gpu_type] = mat
         self._sigma[gpu_type] = sigma
         self._known[gpu_type] = known
+        self._prior[gpu_type] = prior
         self._filled[gpu_type] = n
+        if self.calibrate > 0 and self.learn and not self.exact:
+            self._calibrate(gpu_type)
+
+    def _calibrate(self, gpu_type: str):
+        """Correct every unmeasured value of ``gpu_type`` by the offsets the measured pairs show
+        (module docstring)."""
+        mat, known, prior = self._mats[gpu_type], self._known[gpu_type], self._prior[gpu_type]
+        seen = known.astype(np.float64)
+        residual = np.where(known, mat - prior, 0.0)
+        lam = float(self.calibrate)
+        mu = residual.sum() / (seen.sum() + lam)
+        left = residual - mu * seen
+        beta = left.sum(axis=1) / (seen.sum(axis=1) + lam)
+        left -= beta[:, None] * seen
+        gamma = left.sum(axis=0) / (seen.sum(axis=0) + lam)
+        adjust = ~known & (self._sigma[gpu_type] > 0)
+        mat[adjust] = np.clip(prior + mu + beta[:, None] + gamma[None, :], 0.0, 1.5)[adjust]
+        self._reset_at = self.n_observations
 
     def bind(self, classes: ClassIndex):
         """Use ``classes`` (a ClusterState's index) from now on; matrices are rebuilt lazily."""
@@ -118,6 +153,7 @@ class PairTable:
             self._known.clear()
             self._sigma.clear()
             self._filled.clear()
+            self._prior.clear()
 
     def tput(self, gpu_type: str, target: str, corunner: str) -> float:
         a, b = self.classes.id(target), self.classes.id(corunner)
@@ -140,12 +176,15 @@ class PairTable:
         self._log.append((gpu_type, a, b))
         self._known[gpu_type][a, b] = True
         self._sigma[gpu_type][a, b] = OBSERVED_SIGMA / np.sqrt(count + 1)
+        if self.calibrate > 0 and not self.exact:
+            self._calibrate(gpu_type)
 
     def changes_since(self, seen: int) -> Optional[List[Tuple[str, int, int]]]:
         """The pairs measured since ``n_observations`` was ``seen``, oldest first, as (gpu_type,
-        target id, corunner id); None when they are no longer all kept (``LOG_KEEP``)."""
+        target id, corunner id); None when they are no longer all kept (``LOG_KEEP``), or when the
+        unmeasured values changed too (``calibrate``)."""
         new = self.n_observations - seen
-        if new < 0 or new > len(self._log):
+        if new < 0 or new > len(self._log) or seen < self._reset_at:
             return None
         return [self._log[-i] for i in range(new, 0, -1)]
 

@@ -81,9 +81,12 @@ class Horus(Policy):
     frac_free_value = 1.5  # a free GPU among a fraction's equal candidates ranks like a pair of this value
     tie_break = "first"  # or "order": equal nodes in an order drawn from ``seed`` (FGD's simulator)
     seed = 0
+    calibrate = 0.0  # measured pairs also correct the unmeasured ones (PairTable.calibrate: its shrinkage); 0: off
 
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, **options)
+        if self.calibrate > 0 and pairs is not None:
+            pairs.calibrate = self.calibrate  # (each policy learns on its own table)
         if self.tie_break not in ("first", "order"):
             raise ValueError("policy horus: tie_break must be first or order")
         self.fragmentation = fragmentation if fragmentation is not None else FragmentationModel()

@@ -3,7 +3,7 @@
 Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but it
 scores every feasible GPU per decision (a cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes
 135/158 ms CPU p50/p99 against ``horus``'s 28/41), and on ``bench_sim.py`` at load 3 its makespan gain
-is smaller (−13.4 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
+is smaller (−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
 docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
 
 Source: this project, combining the SJF queue order and the completion-time test of SJF-BSBF
@@ -30,7 +30,10 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
   expected benefit alone (``B > 0``, risk not counted) while the GPU type's exploration budget lasts
   (``explore_budget`` jobs per GPU type); each such placement spends one (``explored``);
 * every pair observed while it runs replaces the model's prediction for that pair (learning), which
-  narrows its spread;
+  narrows its spread; it also corrects the pairs not measured yet, by the offsets of the GPU type and
+  of each class that the measured pairs show (``calibrate``, the shrinkage, ``PairTable.calibrate``:
+  collaborative filtering's bias terms; a new GPU type is learned from a few pairs per class, not one
+  pair at a time; 0: off);
 * makespan guard (off unless ``guard`` > 0): once the queue asks for at most ``guard_queue`` GPUs per
   GPU, a job predicted to run longer than ``guard`` × the predicted time to drain the cluster starts
   first;
@@ -43,7 +46,7 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 
 The one remaining parameter of the pairing rule, ``risk`` (how many standard deviations of the benefit
 a pair must clear), is chosen by cross-validation (``bench/bench_robust.py``: tuned on one GPU type and
-trace family, scored on the others). ``--explain`` lists, per candidate GPU, B and R.
+trace family, scored on the others), and so are ``explore_budget``, ``guard`` and ``calibrate``. ``--explain`` lists, per candidate GPU, B and R.
 """
 
 import math
@@ -66,6 +69,7 @@ class HorusRisk(Horus):
     uses_duration = True
     risk = 0.25  # standard deviations of the benefit a pair must clear (cross-validated: bench_robust)
     explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
+    calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
     guard = 0.0  # makespan guard (see the docstring); 0: off
     guard_queue = 2.0
