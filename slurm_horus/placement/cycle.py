@@ -255,6 +255,10 @@ class PendingQueue:
         found = self._jobs.get(job_id)
         return found[1] if found else None
 
+    def requests(self, job_ids) -> List[Optional[JobRequest]]:
+        """:meth:`get` of each of ``job_ids``, in order (None: not queued), in one call."""
+        return [found[1] if found else None for found in map(self._jobs.get, job_ids)]
+
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._jobs
 

@@ -210,7 +210,7 @@ class QueueEstimates:
     estimate, so they are indexed and estimated as one group (one estimate per group, not per job);
     a group whose estimate changes hands it to its waiting jobs through ``queue.retime`` (their queue
     position may depend on it). ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue`
-    (``add``, ``get``, ``retime_all``); jobs the queue no longer holds (they started) are dropped lazily.
+    (``add``, ``requests``, ``retime_all``); jobs the queue no longer holds (they started) are dropped lazily.
     """
 
     FALLBACK = ("fallback",)
@@ -266,23 +266,18 @@ class QueueEstimates:
 
     def _respread(self, group: tuple, members: set, sigma: float) -> None:
         """Give the group's waiting jobs the estimate's spread ``sigma`` (their queue place stays)."""
-        queue = self.queue
-        for job_id in members:
-            req = queue.get(job_id)
+        for req in self.queue.requests(members):
             if req is not None:
                 req.duration_sigma = sigma
         self._sigma[group] = sigma
 
     def _retime(self, group: tuple, members: set, seconds: float) -> int:
         """Give the group's waiting jobs the estimate ``seconds``; forget those that left the queue."""
-        queue, changed, gone = self.queue, [], []
-        for job_id in sorted(members):  # sorted: the same order on every run
-            req = queue.get(job_id)
-            if req is None:
-                gone.append(job_id)  # started meanwhile
-            elif seconds != req.predicted_duration:
-                changed.append(req)
-        queue.retime_all(changed, seconds)
+        ids = sorted(members)  # sorted: the same order on every run
+        reqs = self.queue.requests(ids)
+        gone = [job_id for job_id, req in zip(ids, reqs) if req is None]  # started meanwhile
+        changed = [req for req in reqs if req is not None and seconds != req.predicted_duration]
+        self.queue.retime_all(changed, seconds)
         members.difference_update(gone)
         self._seconds[group] = seconds
         return len(changed)

@@ -157,7 +157,12 @@ class Horus(Policy):
         return self.guard * drain
 
     def _fractional_workload(self) -> bool:
-        return any(shape.units > 0 for shape, _ in self.fragmentation.typical)
+        """Whether a typical request shape asks for a fraction of a GPU (kept per typical set)."""
+        typical = self.fragmentation.typical
+        kept = self.__dict__.get("_fractional_kept")
+        if kept is None or kept[0] is not typical:
+            kept = self._fractional_kept = (typical, any(shape.units > 0 for shape, _ in typical))
+        return kept[1]
 
     def decide_quickly(self, cycle):
         """The pipeline's answer on one GPU type, without scoring every GPU: for a 1-GPU job, and
@@ -269,7 +274,7 @@ class Horus(Policy):
         window = ctx.extra.get("window")
         partners = None
         if window is not None and len(window):
-            self._partner_by_class(Cycle(state, None, ctx, -1), window)
+            self._partners(state, ctx, window)
             partners = ctx.extra[("_best_partner_key", id(self), state.gpu_types[0])]
         # (without the pressure every waiting job asks for at most the free GPUs: the free-GPU rule)
         return ("horus", len(state.classes.names), id(self.pairs.classes), ctx.waiting_gpus > state.n_free,
@@ -366,7 +371,7 @@ class Horus(Policy):
         window = ctx.extra.get("window")
         partners = None
         if window is not None and len(window):
-            best = self._partner_by_class(Cycle(state, None, ctx, -1), window)
+            best = self._partners(state, ctx, window)
             partners = ctx.extra[("_best_partner_key", id(self), gpu_type)]
         key = (id(mat), len(mat), self.pairs.n_observations, gpu_type, partners)
         kept = self.__dict__.get("_all_tests")
@@ -700,9 +705,12 @@ class Horus(Policy):
     def _partner_by_class(self, cycle, window, gpu_type=None):
         """Per resident class (trailing entry: a free GPU): the best combined throughput any waiting
         job would reach with it (computed once per cycle and GPU type)."""
-        state = cycle.state
+        return self._partners(cycle.state, cycle.ctx, window, gpu_type)
+
+    def _partners(self, state, ctx, window, gpu_type=None):
+        """:meth:`_partner_by_class` on ``state`` in the cycle of ``ctx``."""
         name = gpu_type or state.gpu_types[0]
-        cache = cycle.ctx.extra.setdefault("_best_partner", {})
+        cache = ctx.extra.setdefault("_best_partner", {})
         mat = self.pairs.matrix(name)
         best = cache.get((id(self), name))
         if best is None or len(best) != len(mat) + 1:
@@ -720,7 +728,7 @@ class Horus(Policy):
                     kept.clear()
                 found = kept[key] = (best, best.tobytes(), mat)  # its values, for the token
             best = cache[(id(self), name)] = found[0]
-            cycle.ctx.extra[("_best_partner_key", id(self), name)] = found[1]
+            ctx.extra[("_best_partner_key", id(self), name)] = found[1]
         return best
 
     def _best_partner(self, cycle, window):
