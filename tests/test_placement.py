@@ -876,13 +876,14 @@ def test_quick_waits_of_multi_gpu_jobs_are_the_pipelines(rule, options):
 def test_iasp_iapp_quick_waits_are_the_pipelines():
     """iasp-iapp answers 'wait' at once when fewer nodes than the job asks have ``gpus_per_node``
     GPUs it may use (free, or one resident next to which its predicted performance is at least
-    ``min_tput``): the same decision as the pipeline, and the cycle's ``wait_reason`` the same reason,
-    over random clusters, geometries, partitions and measured pairs."""
+    ``min_tput``), and places a 1-GPU job scoring only the chosen node's GPUs: the same decision as
+    the pipeline, and the cycle's ``wait_reason`` the same reason, over random clusters, geometries,
+    partitions and measured pairs."""
     from slurm_horus.placement.policies.iasp_iapp import IaspIapp
 
     rng = np.random.default_rng(43)
     classes = [f"k{i}" for i in range(5)]
-    answered = {"quick": 0, "pipeline": 0}
+    answered = {"quick wait": 0, "quick placed": 0, "pipeline": 0}
     seen = set()
     for trial in range(60):
         values = {(a, b): float(rng.choice([0.0, 0.3, 0.45, 0.5, 0.6, 0.8, 0.95])) for a in classes for b in classes}
@@ -899,17 +900,17 @@ def test_iasp_iapp_quick_waits_are_the_pipelines():
             req = JobRequest(f"n{k}", str(rng.choice(classes)), gpus_per_node=per_node, nodes=nodes,
                              partition=str(rng.choice(["", "p", "q"])))
             calls = []
-            policy._fill_predictions = lambda *a, _o=policy._fill_predictions: (calls.append(1), _o(*a))[1]
+            policy.score_gpus = lambda *a, _o=policy.score_gpus: (calls.append(1), _o(*a))[1]
             answer = policy.decide(state, req, ctx)
-            del policy._fill_predictions
+            del policy.score_gpus
             known = policy.wait_reason(state, req, ctx)
             full = policy.decide(state, req, ctx, explain=True)
             full.candidates = []
             assert answer.to_dict() == full.to_dict(), (trial, k)
             assert known is None or (not full.placed and known == full.reason), (trial, k, known, full.reason)
-            answered["pipeline" if calls else "quick"] += 1
+            answered["pipeline" if calls else "quick placed" if answer.placed else "quick wait"] += 1
             seen.add((answer.placed, nodes > 1, known is not None))
-    assert answered["quick"] > 50 and answered["pipeline"] > 50, answered
+    assert answered["quick wait"] > 50 and answered["quick placed"] > 50 and answered["pipeline"] > 50, answered
     assert {(True, False, False), (False, False, True), (False, True, True), (True, True, False)} <= seen, seen
 
 

@@ -71,14 +71,60 @@ class IaspIapp(Policy):
         return sim
 
     def decide_quickly(self, cycle):
-        """The pipeline's wait without scoring GPUs, where :meth:`_too_few_nodes` shows it. Held equal
-        to the pipeline by tests/test_placement.py."""
+        """The pipeline's answer without scoring every feasible GPU: its wait, where
+        :meth:`_too_few_nodes` shows it; for a 1-GPU job, the GPU :meth:`select` takes
+        (:meth:`_one_gpu`). Held equal to the pipeline by tests/test_placement.py."""
         feasible = cycle.feasible
         if feasible is None or feasible.idx is not cycle.idx:
             feasible = Feasible(cycle.state, np.array(cycle.idx))
-        if not self._too_few_nodes(cycle.state, feasible, cycle.class_id, cycle.req):
+        if self._too_few_nodes(cycle.state, feasible, cycle.class_id, cycle.req):
+            return Decision(cycle.req.job_id, False, self.name, reason=NO_QUALIFYING_GPU, n_feasible=len(cycle.idx))
+        return self._one_gpu(cycle, feasible)
+
+    def _one_gpu(self, cycle, feasible):
+        """The pipeline's placement of a 1-GPU job (one GPU type), scoring only the chosen node's GPUs:
+        a GPU scores its predicted performance (1 when free; the pair value next to its resident, which
+        must be positive and at least ``min_tput``); the candidate nodes hold a GPU that scores, the
+        least similar of them is chosen (:meth:`node_similarity`), and on it the first GPU of the
+        highest score (:meth:`node_gpus`). None: ask the pipeline."""
+        state, req = cycle.state, cycle.req
+        if req.n_gpus != 1 or req.gpu_units > 0 or self.pairs is None or len(state.gpu_types) != 1 \
+                or self.min_tput > 1.0 or type(self).score_gpus is not IaspIapp.score_gpus \
+                or type(self).select is not IaspIapp.select or type(self).node_gpus is not IaspIapp.node_gpus \
+                or type(self).node_similarity is not IaspIapp.node_similarity \
+                or type(self)._fill_predictions is not Policy._fill_predictions:
             return None
-        return Decision(cycle.req.job_id, False, self.name, reason=NO_QUALIFYING_GPU, n_feasible=len(cycle.idx))
+        c, idx = cycle.class_id, feasible.idx
+        mat = self.pairs.matrix(state.gpu_types[0])
+        perf = np.append(mat[c], 1.0)  # per resident class; trailing: a free GPU (resident -1)
+        scores = np.where((perf > 0) & (perf >= self.min_tput), perf, NEG_INF)
+        usable = self._usable(state, feasible, c, mat)
+        candidates = np.flatnonzero(usable >= 1)
+        if len(candidates) == 0:
+            return None  # (the pipeline's wait and its reason)
+        similarity = self.node_similarity(state, c)[candidates]
+        if np.isnan(similarity).any():
+            return None
+        node = int(candidates[int(np.argmin(similarity))])
+        gpus = state.node_gpu_table[node]
+        gpus = gpus[gpus >= 0]
+        pos = np.searchsorted(idx, gpus)  # idx is sorted (flatnonzero)
+        inside = pos < len(idx)
+        pos = np.sort(pos[inside][idx[pos[inside]] == gpus[inside]])
+        gpu_scores = scores[feasible.resident[pos]]
+        return self._decision_at(cycle, [int(pos[int(np.argmax(gpu_scores))])])
+
+    def _usable(self, state, feasible, c, mat):
+        """Per node, the feasible GPUs a job of class ``c`` may use: free, or next to a resident it is
+        predicted to keep ``min_tput`` next to (kept per class for this cluster version)."""
+        key = ("iasp-usable", c, len(mat), self.pairs.n_observations)
+        usable = feasible.memo.get(key)
+        if usable is None:
+            row = mat[c]
+            ok = np.append((row > 0) & (row >= self.min_tput), True)  # trailing: a free GPU (-1)
+            usable = feasible.memo[key] = np.bincount(state.gpu_node[feasible.idx[ok[feasible.resident]]],
+                                                      minlength=len(state.nodes))
+        return usable
 
     def wait_reason(self, state, req, ctx):
         """The wait :meth:`decide_quickly` would answer, from this cycle's feasible GPUs for the
@@ -125,14 +171,7 @@ class IaspIapp(Policy):
             return False
         if req.n_gpus == 1 and feasible.first_free >= 0:
             return False  # a free feasible GPU: one node with one usable GPU (no count needed)
-        mat = self.pairs.matrix(state.gpu_types[0])
-        key = ("iasp-usable", c, len(mat), self.pairs.n_observations)
-        usable = feasible.memo.get(key)
-        if usable is None:
-            row = mat[c]
-            ok = np.append((row > 0) & (row >= self.min_tput), True)  # trailing: a free GPU (-1)
-            usable = feasible.memo[key] = np.bincount(state.gpu_node[feasible.idx[ok[feasible.resident]]],
-                                                      minlength=len(state.nodes))
+        usable = self._usable(state, feasible, c, self.pairs.matrix(state.gpu_types[0]))
         return int(np.count_nonzero(usable >= req.gpus_per_node)) < req.nodes
 
     def score_gpus(self, cycle):
