@@ -1,5 +1,7 @@
 """Placement core on tiny hand-made clusters: filter, score, select and every policy's rule."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -515,7 +517,9 @@ def test_horus_risk_explores_unknown_pairs_within_its_budget_then_weighs_risk():
                 n_waiting=3, waiting_gpus=3)
     assert first.shared and "explores an unknown pair" in first.reason
     assert policy.explored == {"v100": 1}
-    assert any("benefit" in c.note and "risk" in c.note for c in first.candidates)
+    # the risk it did not count is still shown (computed for the explanation only)
+    shown = [re.search(r"risk (\d+)s \(explored: risk not counted\)", c.note) for c in first.candidates]
+    assert any(m and int(m.group(1)) > 0 for m in shown), [c.note for c in first.candidates]
     state.release("n")
     # budget spent: the same pair now needs B − 3·R > 0, which its wide spread does not allow
     second = run(policy, state, JobRequest("n2", "n", predicted_duration=20.0, duration_sigma=0.5),
@@ -620,10 +624,13 @@ def test_horus_quick_decision_is_the_pipelines(rule, options):
     # few distinct binary fractions, so that classes tie on their score and pairs tie with a free GPU
     # (0.75 + 0.5 * 0.5 == 1.0 exactly)
     values = {(a, b): float(rng.choice([0.375, 0.5, 0.625, 0.75, 0.875])) for a in classes for b in classes}
+    # poor pairs too (horus-risk: most fail its test, a free GPU or a wait is then the answer)
+    poor = {(a, b): float(v) for (a, b), v in zip(values, np.random.default_rng(8).choice([0.1, 0.25, 0.5, 0.6], 64))}
     seen = set()
     for trial in range(60):
         state = cluster(6, 4, partitions=("p",) if trial % 5 else ("p", "q"))
-        policy = Horus(PairTable(TablePredictor(values), state.classes), **options)
+        table = poor if rule == "horus-risk" and trial % 3 == 2 else values
+        policy = Horus(PairTable(TablePredictor(table), state.classes), **options)
         for k in range(int(rng.integers(0, 3))):
             policy.observe("v100", classes[k], classes[k + 1], 0.75)
         busy = rng.permutation(24)[:int(rng.integers(14, 25))]
@@ -637,12 +644,64 @@ def test_horus_quick_decision_is_the_pipelines(rule, options):
         for k in range(6):
             req = JobRequest(f"n{k}", str(rng.choice(classes)), predicted_duration=float(rng.choice([30, 600, 20000])),
                              partition=str(rng.choice(["", "p", "q"])))
+            if rule == "horus-risk":
+                req.duration_sigma = float(rng.choice([0.0, 0.5, 1.5]))  # the risk of the durations too
+                weighed = []
+                policy._best_pair = lambda cycle, _o=policy._best_pair: (lambda d: (weighed.append(d), d)[1])(_o(cycle))
             quick = policy.decide(state, req, ctx)
             full = Policy.decide(policy, state, req, ctx, explain=True)  # explain: never the shortcut
             full.candidates = []
             assert quick.to_dict() == full.to_dict(), (trial, k, options)
             seen.add((quick.placed, quick.shared))
+            if rule == "horus-risk":
+                del policy._best_pair
+                seen.update(("weighed", None if d is None else d.shared) for d in weighed)
+                if quick.placed and rng.random() < 0.5:  # it starts: the next decisions see it
+                    state.place(RunningJob(req.job_id, req.job_class, quick.gpu_ids, 100.0,
+                                           100.0 + req.predicted_duration))
+                    seen.add("started")
     assert seen >= {(True, True), (True, False), (False, False)}  # every kind of answer was compared
+    if rule == "horus-risk":  # horus-risk's weighing without weighing every GPU: a pair, a free GPU, a wait
+        assert {("weighed", True), ("weighed", False), ("weighed", None), "started"} <= seen, seen
+
+
+def test_horus_risk_equal_pairs_go_to_the_first_gpu():
+    """Two residents of different classes, equal pair values, equal ends: horus-risk's weighing in the
+    order of its classes' bounds must still take the first GPU, as the pipeline's select does."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus_risk import HorusRisk
+
+    state = cluster(1, 2)
+    state.place(RunningJob("r1", "a", (1,), 0.0, 5000.0))  # class a is known first: its bound sorts first
+    state.place(RunningJob("r0", "b", (0,), 0.0, 5000.0))
+    policy = HorusRisk(PairTable(TablePredictor({}, default=0.75), state.classes))
+    ctx = SchedulingContext(100.0, 5, 5)  # pressure: the queue asks for more GPUs than are free
+    req = JobRequest("x1", "x", predicted_duration=600.0)
+    quick = policy.decide(state, req, ctx)
+    full = Policy.decide(policy, state, req, ctx, explain=True)
+    full.candidates = []
+    assert quick.to_dict() == full.to_dict() and quick.gpu_ids == (0,) and quick.shared
+
+
+def test_horus_risk_sees_a_resident_started_since_its_last_decision():
+    """horus-risk keeps its per-class bound on the residents' ends from decision to decision: a job
+    started meanwhile (class a, ending soon) must count, or its GPU, the best pair, would be passed over."""
+    from slurm_horus.placement.framework import Policy
+    from slurm_horus.placement.policies.horus_risk import HorusRisk
+
+    state = cluster(1, 4)
+    state.place(RunningJob("r0", "a", (0,), 0.0, 5100.0))
+    state.place(RunningJob("r1", "b", (1,), 0.0, 2100.0))
+    policy = HorusRisk(PairTable(TablePredictor({}, default=0.75), state.classes))
+    ctx = SchedulingContext(100.0, 9, 9)  # pressure
+    first = policy.decide(state, JobRequest("x1", "x", predicted_duration=600.0), ctx)
+    assert first.gpu_ids == (1,)  # b's resident ends first: the best pair then
+    state.place(RunningJob("r2", "a", (2,), 100.0, 110.0))  # a resident of class a ending in 10 s
+    req = JobRequest("x2", "x", predicted_duration=600.0)
+    quick = policy.decide(state, req, ctx)
+    full = Policy.decide(policy, state, req, ctx, explain=True)
+    full.candidates = []
+    assert quick.to_dict() == full.to_dict() and quick.gpu_ids == (2,)
 
 
 @pytest.mark.parametrize("options", [{}, {"min_combined_known": 1.05}, {"bsbf_gain": 0.0}])

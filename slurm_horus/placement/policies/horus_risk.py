@@ -1,9 +1,9 @@
 """horus-risk: the flagship's candidate rule, pairs decided under prediction uncertainty (issue 13).
 
-Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but it
-scores every feasible GPU per decision (a cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes
-135/158 ms CPU p50/p99 against ``horus``'s 28/41), and on ``bench_sim.py`` at load 3 its makespan gain
-is smaller (−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
+Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but a
+cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 59/63 ms CPU p50/p99 (goal 50; ``horus`` 24/28:
+a 1-GPU job is weighed only on the resident classes that may win, :meth:`HorusRisk._best_pair`, but a
+multi-GPU job on every feasible GPU), and on ``bench_sim.py`` at load 3 its makespan gain is smaller (−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
 docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
 
 Source: this project, combining the SJF queue order and the completion-time test of SJF-BSBF
@@ -53,9 +53,47 @@ import math
 
 import numpy as np
 
-from ..framework import NEG_INF, pressure
+from ..framework import NEG_INF, Policy, pressure
 from .horus import Horus
-from .sjf_bsbf import pair_benefit, pair_times
+from .sjf_bsbf import PAIR_EPS, pair_benefit, pair_times
+
+
+def _benefit(e_a, e_b, jt, rt):
+    """Per GPU: the pair's expected benefit B (``pair_benefit``: T_seq − T_con) and its T_con."""
+    t_con, t_seq = pair_times(e_a, e_b, jt, rt)
+    return t_seq - t_con, t_con
+
+
+def _risk(e_a, e_b, jt, rt, sj, sr, s_d, benefit):
+    """Per GPU: the risk R of the pair's benefit ``benefit`` (:func:`_benefit`), the standard deviation
+    of B that the spreads of its inputs imply (first order: B's change for a step of each input, times
+    that input's σ; pair values σ ``sj``, ``sr``, durations the log-σ ``s_d``)."""
+    # B's first-order sensitivities in one vectorized call: rows = +δ on jt, rt, log E_a, log E_b
+    d_t, d_l = 0.01, 0.01
+    n = len(e_b)
+    ea = np.full((4, n), e_a)
+    ea[2] *= math.exp(d_l)
+    eb = np.tile(e_b, (4, 1))
+    eb[3] *= math.exp(d_l)
+    tj = np.tile(jt, (4, 1))
+    tj[0] += d_t
+    tr = np.tile(rt, (4, 1))
+    tr[1] += d_t
+    b = pair_benefit(ea, eb, tj, tr)
+    return np.sqrt(((b[0] - benefit) / d_t * sj) ** 2 + ((b[1] - benefit) / d_t * sr) ** 2
+                   + (((b[2] - benefit) ** 2 + (b[3] - benefit) ** 2) * (s_d / d_l) ** 2))
+
+
+def _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, busy):
+    """Per GPU: (B, T_con, R, where R was computed): R only where it can change the answer, a pair
+    whose risk counts (k > 0) with a positive benefit (B ≤ 0 fails the test whatever R; k = 0 reads
+    no R); elsewhere 0."""
+    benefit, t_con = _benefit(e_a, e_b, jt, rt)
+    need = busy & (k > 0) & (benefit > 0)
+    risk = np.zeros(len(e_b))
+    if need.any():
+        risk[need] = _risk(e_a, e_b[need], jt[need], rt[need], sj[need], sr[need], s_d, benefit[need])
+    return benefit, t_con, risk, need
 
 
 class HorusRisk(Horus):
@@ -92,13 +130,13 @@ class HorusRisk(Horus):
         return {f"explored:{gpu_type}": count for gpu_type, count in sorted(self.explored.items())}
 
     def decide_quickly(self, cycle):
-        """The pipeline's answer where no pair is weighed: free GPUs outnumber the queue (first free
-        GPU). Held equal to the pipeline by tests/test_placement.py."""
+        """The pipeline's answer for a 1-GPU job: while free GPUs outnumber the queue the first free
+        GPU; otherwise :meth:`_best_pair`. Held equal to the pipeline by tests/test_placement.py."""
         state, req = cycle.state, cycle.req
         if req.n_gpus != 1 or req.gpu_units > 0 or (req.exclusive and self._fractional_workload()):
             return None
         if pressure(cycle) or req.n_gpus > state.n_free:
-            return None
+            return self._best_pair(cycle)
         free = state.gpu_class0[cycle.idx] < 0
         if not free.any():
             return None
@@ -136,6 +174,28 @@ class HorusRisk(Horus):
             known[sel] = kn[c, r] & kn[r, c]
         return sj, sr, known, types
 
+    def _class_lo(self, state, n):
+        """Per class id below ``n``: a lower bound of the expected end of a first resident of that class
+        on a GPU with one job (inf: none seen), kept from decision to decision: after placements only
+        (a cycle's starts) the GPUs of the jobs placed are added (a GPU that became full no longer
+        counts, which only keeps the bound low); after a release, or a new class, it is taken afresh."""
+        base, changes = state.changes_base, state.changes
+        kept = self.__dict__.get("_lo_kept")
+        if kept is not None and kept[0] is state and kept[1] >= base and len(kept[2]) >= n \
+                and all(sign > 0 for sign, _job in changes[kept[1] - base:]):
+            lo = kept[2]
+            for _sign, job in changes[kept[1] - base:]:
+                for g in job.gpus:
+                    if state.gpu_njobs[g] == 1:
+                        c = state.gpu_class0[g]
+                        lo[c] = min(lo[c], state.gpu_end0[g])
+        else:
+            one = state.gpu_njobs == 1
+            lo = np.full(max(n, int(state.gpu_class0.max(initial=-1)) + 1), math.inf)
+            np.minimum.at(lo, state.gpu_class0[one], state.gpu_end0[one])
+        self._lo_kept = (state, base + len(changes), lo)
+        return lo[:n]
+
     def _weigh(self, cycle):
         """Per feasible GPU: the pair's score ``1 + 1 / (1 + T_con + risk·R)`` and whether it qualifies
         (see the docstring); the benefit and risk are kept in ``cycle.notes`` for ``--explain``."""
@@ -151,28 +211,16 @@ class HorusRisk(Horus):
             sj, sr, known, types = self._spreads(cycle)
         e_a = req.expected_duration()
         e_b = np.maximum(state.gpu_end0[idx] - cycle.ctx.now, 1.0)
-        s_d = float(req.duration_sigma or 0.0)
-        # B and its first-order sensitivities, in one vectorized call: rows = B, +δ on jt, rt, log E_a, log E_b
-        d_t, d_l = 0.01, 0.01
-        n = len(idx)
-        ea = np.full((5, n), e_a)
-        ea[3] *= math.exp(d_l)
-        eb = np.tile(e_b, (5, 1))
-        eb[4] *= math.exp(d_l)
-        tj = np.tile(jt, (5, 1))
-        tj[1] += d_t
-        tr = np.tile(rt, (5, 1))
-        tr[2] += d_t
-        b = pair_benefit(ea, eb, tj, tr)
-        benefit = b[0]
-        risk = np.sqrt(((b[1] - benefit) / d_t * sj) ** 2 + ((b[2] - benefit) / d_t * sr) ** 2
-                       + (((b[3] - benefit) ** 2 + (b[4] - benefit) ** 2) * (s_d / d_l) ** 2))
         explore = ~known & busy
         if explore.any():
             names = state.gpu_types
             left = np.array([self.explored.get(names[t], 0) < self.explore_budget for t in range(len(names))])
             explore &= left[types]
         k = np.where(explore, 0.0, self.risk)
+        s_d = float(req.duration_sigma or 0.0)
+        benefit, t_con, risk, need = _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, busy)
+        cycle.notes["risk_of"] = (need, lambda pos: float(_risk(e_a, e_b[[pos]], jt[[pos]], rt[[pos]], sj[[pos]],
+                                                                  sr[[pos]], s_d, benefit[[pos]])[0]))
         net = benefit - k * risk
         ok = busy & (net > 0)
         if free.any():  # a free GPU is there: the pair must also add throughput, as confidently
@@ -180,8 +228,92 @@ class HorusRisk(Horus):
         cycle.notes["benefit"], cycle.notes["risk"], cycle.notes["explore"] = benefit, risk, explore
         # among qualifying pairs the lowest risk-adjusted completion time of the pair wins (SJF-BSBF's
         # T_con, plus the same multiple of the spread); a free GPU scores 1, below every pair
-        t_con, _ = pair_times(e_a, e_b, jt, rt)
         return 1.0 + 1.0 / (1.0 + t_con + k * risk), ok
+
+    def _best_pair(self, cycle):
+        """:meth:`_weigh` and the select of a 1-GPU job on one GPU type, without weighing every GPU:
+        the GPU the pipeline takes, or None to ask the pipeline (no GPU qualifies and none is free: the
+        wait and its reason are the pipeline's).
+
+        Per resident class r the inputs of the test are constants (the pair values, their spreads,
+        whether the pair was measured), so classes that cannot qualify are left out at once (a
+        resident predicted at 0, a pair that adds no throughput while a free GPU is there). A pair's
+        score ``1 + 1 / (1 + T_con + k·R)`` falls as ``T_con + k·R`` grows, and T_con does not fall as
+        the resident's remaining time e_b grows (:func:`~.sjf_bsbf.pair_times`: slope ½, or 1 − ½·jt
+        > 0 with jt < 2): the class's least e_b (:meth:`_class_lo`) bounds the score of all its
+        GPUs. Classes are weighed in the order of that bound, exactly as :meth:`_weigh` weighs them
+        (:func:`_weighed` on their GPUs), until the next bound is below the best score found; the
+        first GPU of the best score wins, as the pipeline's select takes it."""
+        state, req, ctx = cycle.state, cycle.req, cycle.ctx
+        if len(state.gpu_types) != 1 or self.pairs is None or type(self)._weigh is not HorusRisk._weigh \
+                or type(self)._spreads is not HorusRisk._spreads or type(self).score_gpus is not HorusRisk.score_gpus \
+                or type(self).select is not Policy.select or type(self)._fill_predictions is not Policy._fill_predictions:
+            return None
+        feasible = cycle.feasible
+        if feasible is None or feasible.idx is not cycle.idx:
+            return None
+        gpu_type = state.gpu_types[0]
+        mat, sig, kn = self.pairs.matrix(gpu_type), self.pairs.sigma(gpu_type), self.pairs.known(gpu_type)
+        c, n = cycle.class_id, len(mat)
+        jt_c, rt_c, sj_c, sr_c = mat[c], mat[:, c], sig[c], sig[:, c]
+        if not ((jt_c < 2.0).all() and (rt_c < 2.0).all()):
+            return None
+        lo = self._class_lo(state, n)
+        busy_c = (lo < math.inf) & (jt_c > 0) & (rt_c > 0)  # classes on some GPU, each pair able to run
+        explore_c = ~(kn[c] & kn[:, c]) & busy_c
+        if self.explored.get(gpu_type, 0) >= self.explore_budget:
+            explore_c[:] = False
+        k_c = np.where(explore_c, 0.0, self.risk)
+        any_free = feasible.first_free >= 0
+        if any_free:
+            busy_c &= jt_c + rt_c - 1.0 - k_c * np.sqrt(sj_c * sj_c + sr_c * sr_c) > 0
+        cycle.notes["reason"] = "pressure: expected benefit net of risk"
+        e_a = req.expected_duration()
+        s_d = float(req.duration_sigma or 0.0)
+        classes = np.flatnonzero(busy_c)
+        if len(classes):
+            bound, _ = pair_times(e_a, np.maximum(lo[classes] - ctx.now, 1.0), jt_c[classes], rt_c[classes])
+            order = np.argsort(bound, kind="stable")
+            classes, bound = classes[order], bound[order]
+        resident = feasible.resident
+        best_g, found_pos, found_score, found_explore = math.inf, [], [], []
+        i, batch = 0, 1
+        while i < len(classes) and bound[i] <= best_g * (1.0 + PAIR_EPS) + PAIR_EPS:
+            j = i + 1
+            if math.isfinite(best_g):  # every class that may still beat the best, at once
+                while j < len(classes) and bound[j] <= best_g * (1.0 + PAIR_EPS) + PAIR_EPS:
+                    j += 1
+            else:
+                j = min(len(classes), i + batch)
+                batch *= 2
+            want = np.zeros(n + 1, dtype=bool)  # (trailing: a free GPU's -1)
+            want[classes[i:j]] = True
+            pos = np.flatnonzero(want[resident])
+            res = resident[pos]
+            jt, rt, sj, sr = jt_c[res], rt_c[res], sj_c[res], sr_c[res]
+            e_b = np.maximum(state.gpu_end0[feasible.idx[pos]] - ctx.now, 1.0)
+            k = k_c[res]
+            benefit, t_con, risk, _ = _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, True)
+            ok = benefit - k * risk > 0
+            if ok.any():
+                t_con, risk, k = t_con[ok], risk[ok], k[ok]
+                best_g = min(best_g, float((t_con + k * risk).min()))
+                found_pos.append(pos[ok])
+                found_score.append(1.0 + 1.0 / (1.0 + t_con + k * risk))  # (as _weigh's)
+                found_explore.append(explore_c[res[ok]])
+            i = j
+        if found_pos:
+            pos, score, explore = np.concatenate(found_pos), np.concatenate(found_score), np.concatenate(found_explore)
+            top = score.max()
+            if top > 1.0:
+                at = int(np.argmin(np.where(score == top, pos, len(feasible.idx))))
+                cycle.notes["explore"] = explore[[at]]
+                return self._decision_at(cycle, [int(pos[at])])
+            return None  # (a score rounded to a free GPU's 1: the pipeline's tie-break)
+        if any_free:
+            cycle.notes["explore"] = np.zeros(1, dtype=bool)
+            return self._decision_at(cycle, [feasible.first_free])
+        return None
 
     def _decision(self, cycle, chosen, cands):
         decision = super()._decision(cycle, chosen, cands)
@@ -202,9 +334,11 @@ class HorusRisk(Horus):
         if benefit is None or len(benefit) != len(cycle.idx):
             return out
         where = {cycle.state.gpu_label(int(g)): pos for pos, g in enumerate(cycle.idx)}
+        need, risk_of = cycle.notes.get("risk_of", (None, None))
         for cand in out:
             pos = where.get(cand.where)
             if pos is not None and cand.shared:
-                cand.note += (f"; benefit {benefit[pos]:.0f}s, risk {risk[pos]:.0f}s"
+                r = risk[pos] if need is None or need[pos] else risk_of(pos)  # (left uncomputed: not read)
+                cand.note += (f"; benefit {benefit[pos]:.0f}s, risk {r:.0f}s"
                               f"{' (explored: risk not counted)' if cycle.notes['explore'][pos] else ''}")
         return out
