@@ -3,7 +3,8 @@
 Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but a
 cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 59/63 ms CPU p50/p99 (goal 50; ``horus`` 24/28:
 a 1-GPU job is weighed only on the resident classes that may win, :meth:`HorusRisk._best_pair`, but a
-multi-GPU job on every feasible GPU), and on ``bench_sim.py`` at load 3 its makespan gain is smaller (−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
+multi-GPU job on every feasible GPU), and on ``bench_sim.py`` at load 3 its makespan gain is smaller
+(−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
 docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
 
 Source: this project, combining the SJF queue order and the completion-time test of SJF-BSBF
@@ -46,7 +47,8 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 
 The one remaining parameter of the pairing rule, ``risk`` (how many standard deviations of the benefit
 a pair must clear), is chosen by cross-validation (``bench/bench_robust.py``: tuned on one GPU type and
-trace family, scored on the others), and so are ``explore_budget``, ``guard`` and ``calibrate``. ``--explain`` lists, per candidate GPU, B and R.
+trace family, scored on the others), and so are ``explore_budget``, ``guard`` and ``calibrate``.
+``--explain`` lists, per candidate GPU, B and R.
 """
 
 import math
@@ -176,9 +178,10 @@ class HorusRisk(Horus):
 
     def _class_lo(self, state, n):
         """Per class id below ``n``: a lower bound of the expected end of a first resident of that class
-        on a GPU with one job (inf: none seen), kept from decision to decision: after placements only
-        (a cycle's starts) the GPUs of the jobs placed are added (a GPU that became full no longer
-        counts, which only keeps the bound low); after a release, or a new class, it is taken afresh."""
+        (inf: none seen), over every GPU running a job (more GPUs than the feasible ones: a bound only
+        lower), kept from decision to decision: after placements only (a cycle's starts) the GPUs where
+        a placed job is the first resident are added; after a release, or a new class, it is taken
+        afresh."""
         base, changes = state.changes_base, state.changes
         kept = self.__dict__.get("_lo_kept")
         if kept is not None and kept[0] is state and kept[1] >= base and len(kept[2]) >= n \
@@ -190,9 +193,9 @@ class HorusRisk(Horus):
                         c = state.gpu_class0[g]
                         lo[c] = min(lo[c], state.gpu_end0[g])
         else:
-            one = state.gpu_njobs == 1
+            busy = state.gpu_njobs > 0
             lo = np.full(max(n, int(state.gpu_class0.max(initial=-1)) + 1), math.inf)
-            np.minimum.at(lo, state.gpu_class0[one], state.gpu_end0[one])
+            np.minimum.at(lo, state.gpu_class0[busy], state.gpu_end0[busy])
         self._lo_kept = (state, base + len(changes), lo)
         return lo[:n]
 
@@ -245,9 +248,10 @@ class HorusRisk(Horus):
         (:func:`_weighed` on their GPUs), until the next bound is below the best score found; the
         first GPU of the best score wins, as the pipeline's select takes it."""
         state, req, ctx = cycle.state, cycle.req, cycle.ctx
-        if len(state.gpu_types) != 1 or self.pairs is None or type(self)._weigh is not HorusRisk._weigh \
-                or type(self)._spreads is not HorusRisk._spreads or type(self).score_gpus is not HorusRisk.score_gpus \
-                or type(self).select is not Policy.select or type(self)._fill_predictions is not Policy._fill_predictions:
+        mine = type(self)
+        if len(state.gpu_types) != 1 or self.pairs is None or mine._weigh is not HorusRisk._weigh \
+                or mine._spreads is not HorusRisk._spreads or mine.score_gpus is not HorusRisk.score_gpus \
+                or mine.select is not Policy.select or mine._fill_predictions is not Policy._fill_predictions:
             return None
         feasible = cycle.feasible
         if feasible is None or feasible.idx is not cycle.idx:
