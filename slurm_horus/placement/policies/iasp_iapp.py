@@ -89,15 +89,14 @@ class IaspIapp(Policy):
         highest score (:meth:`node_gpus`). None: ask the pipeline."""
         state, req = cycle.state, cycle.req
         if req.n_gpus != 1 or req.gpu_units > 0 or self.pairs is None or len(state.gpu_types) != 1 \
-                or self.min_tput > 1.0 or type(self).score_gpus is not IaspIapp.score_gpus \
+                or type(self).score_gpus is not IaspIapp.score_gpus \
                 or type(self).select is not IaspIapp.select or type(self).node_gpus is not IaspIapp.node_gpus \
                 or type(self).node_similarity is not IaspIapp.node_similarity \
                 or type(self)._fill_predictions is not Policy._fill_predictions:
             return None
         c, idx = cycle.class_id, feasible.idx
         mat = self.pairs.matrix(state.gpu_types[0])
-        perf = np.append(mat[c], 1.0)  # per resident class; trailing: a free GPU (resident -1)
-        scores = np.where((perf > 0) & (perf >= self.min_tput), perf, NEG_INF)
+        scores = self._class_scores(mat, c)
         usable = self._usable(state, feasible, c, mat)
         candidates = np.flatnonzero(usable >= 1)
         if len(candidates) == 0:
@@ -114,14 +113,21 @@ class IaspIapp(Policy):
         gpu_scores = scores[feasible.resident[pos]]
         return self._decision_at(cycle, [int(pos[int(np.argmax(gpu_scores))])])
 
+    def _class_scores(self, mat, c):
+        """Per resident class (trailing entry: a free GPU, resident -1), the score the pipeline gives
+        a job of class ``c`` on a GPU running one job of it (:meth:`score_gpus`, a predicted 0 masked
+        as :meth:`decide` masks it): the predicted performance, 1 when free; NEG_INF under
+        ``min_tput``."""
+        perf = np.append(mat[c], 1.0)
+        return np.where((perf > 0) & (perf >= self.min_tput), perf, NEG_INF)
+
     def _usable(self, state, feasible, c, mat):
-        """Per node, the feasible GPUs a job of class ``c`` may use: free, or next to a resident it is
-        predicted to keep ``min_tput`` next to (kept per class for this cluster version)."""
+        """Per node, the feasible GPUs a job of class ``c`` may use (:meth:`_class_scores` above
+        NEG_INF), kept per class for this cluster version."""
         key = ("iasp-usable", c, len(mat), self.pairs.n_observations)
         usable = feasible.memo.get(key)
         if usable is None:
-            row = mat[c]
-            ok = np.append((row > 0) & (row >= self.min_tput), True)  # trailing: a free GPU (-1)
+            ok = self._class_scores(mat, c) > NEG_INF
             usable = feasible.memo[key] = np.bincount(state.gpu_node[feasible.idx[ok[feasible.resident]]],
                                                       minlength=len(state.nodes))
         return usable
@@ -162,10 +168,10 @@ class IaspIapp(Policy):
         return self.pairs.measured.get(req.job_class, 0)
 
     def _too_few_nodes(self, state, feasible, c, req) -> bool:
-        """Whether fewer nodes than the job asks have ``gpus_per_node`` GPUs it may use (free, or
-        running one job next to which its predicted performance is at least ``min_tput``): then
-        :meth:`select` finds no candidate and the job waits. One GPU type, whole GPUs; the count per
-        node is kept per class for this cluster version (``Feasible.memo``)."""
+        """Whether fewer nodes than the job asks have ``gpus_per_node`` GPUs it may use
+        (:meth:`_usable`: free, or running one job next to which its predicted performance is at least
+        ``min_tput``): then :meth:`select` finds no candidate and the job waits. One GPU type, whole
+        GPUs; the count per node is kept per class for this cluster version (``Feasible.memo``)."""
         if self.pairs is None or req.gpu_units > 0 or len(state.gpu_types) != 1 or type(self).score_gpus \
                 is not IaspIapp.score_gpus or type(self)._fill_predictions is not Policy._fill_predictions:
             return False
