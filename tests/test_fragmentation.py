@@ -374,7 +374,8 @@ def test_bench_fgd_reads_fgd_files_from_a_directory(tmp_path):
 
 def test_state_counts_for_has_room_follow_every_place_and_release():
     """has_room and nodes_with_room read counts the state keeps (GPUs per number of jobs, GPUs with a
-    held and unfinished fraction, GPUs per node another job may join): after any mix of fractions, exclusive, shared and multi-GPU jobs placed and
+    held and unfinished fraction, GPUs per node another job may join, GPUs per node running one job
+    a second may join): after any mix of fractions, exclusive, shared and multi-GPU jobs placed and
     released, they equal the counts taken from the arrays."""
     state = cluster()
     rng = np.random.default_rng(5)
@@ -410,4 +411,6 @@ def test_state_counts_for_has_room_follow_every_place_and_release():
         assert state.n_fraction_room == int(((state.gpu_nplain == 0) & (used > 0) & (used < state.gpu_cap)).sum())
         joinable = (state.gpu_njobs > 0) & (state.gpu_njobs < state.max_jobs_per_gpu) & ~state.gpu_exclusive
         assert list(state.node_joinable) == list(np.bincount(state.gpu_node[joinable], minlength=len(state.nodes)))
+        single = (state.gpu_njobs == 1) & ~state.gpu_exclusive
+        assert list(state.node_single) == list(np.bincount(state.gpu_node[single], minlength=len(state.nodes)))
     assert state.n_fraction_room > 0 and len(state.njobs_count) >= 3  # the mix reached both cases

@@ -310,6 +310,8 @@ def nodes_with_room(state: ClusterState, policy: Policy) -> "np.ndarray":
         return state.node_free
     if limit == state.max_jobs_per_gpu:
         return state.node_free + state.node_joinable  # (counts the state keeps)
+    if limit == 2:
+        return state.node_free + state.node_single
     njobs = state.gpu_njobs
     open_gpu = (njobs == 0) | ((njobs < limit) & ~state.gpu_exclusive)
     return np.bincount(state.gpu_node[open_gpu], minlength=len(state.nodes))

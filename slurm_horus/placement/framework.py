@@ -544,7 +544,7 @@ def kept_after_release(state: ClusterState, waits: dict, nodes: np.ndarray, max_
     residents = state.gpu_class0[gpus[shared]]
     e_b = np.maximum(state.gpu_end0[gpus[shared]] - now, 1.0)
     ids = state.classes.ids
-    kept, found = {}, {}
+    kept, found, most = {}, {}, {}
     for request, value in waits.items():
         req = value[2]
         k = req.gpus_per_node
@@ -555,11 +555,15 @@ def kept_after_release(state: ClusterState, waits: dict, nodes: np.ndarray, max_
         if k <= most_free or c is None:
             continue  # free GPUs enough on a released node: ask again
         key = (c, req.n_gpus == 1)
-        limits = found.get(key)
-        if limits is None:
-            limits = found[key] = np.where(free, np.inf, 0.0)
-            limits[shared] = gpu_limits(req, c, residents, e_b)
-        if int((limits > value[0] * (1.0 - margin)).sum(axis=1).max()) < k:
+        at = (key, value[0] * (1.0 - margin))
+        usable = most.get(at)  # the most GPUs a released node has for that class at that E_a
+        if usable is None:
+            limits = found.get(key)
+            if limits is None:
+                limits = found[key] = np.where(free, np.inf, 0.0)
+                limits[shared] = gpu_limits(req, c, residents, e_b)
+            usable = most[at] = int((limits > at[1]).sum(axis=1).max())
+        if usable < k:
             kept[request] = value
     return kept
 

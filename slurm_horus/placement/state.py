@@ -197,6 +197,9 @@ class ClusterState:
         self._fractions = False  # a fraction of a GPU was ever held (else no GPU can be partly held)
         # per node, GPUs another job may join at all (running fewer than max_jobs_per_gpu, none exclusive)
         self.node_joinable = np.zeros(len(self.nodes), dtype=np.int32)
+        # per node, GPUs running exactly one job, not exclusive: those a second job may join (a policy
+        # sharing a GPU between two jobs at most: cycle.nodes_with_room)
+        self.node_single = np.zeros(len(self.nodes), dtype=np.int32)
         self._built = True
 
     @property
@@ -244,6 +247,9 @@ class ClusterState:
             joinable = (0 < n + 1 < most and not (exclusive or job.exclusive)) - (0 < n < most and not exclusive)
             if joinable:
                 self.node_joinable[node] += joinable
+            single = (n == 0 and not job.exclusive) - (n == 1 and not exclusive)
+            if single:
+                self.node_single[node] += single
             if n == 0:
                 self.gpu_class0[g] = job.class_id
                 self.gpu_end0[g] = job.expected_end
@@ -294,6 +300,7 @@ class ClusterState:
             counts[n - 1] += 1
             node = self.gpu_node[g]
             was_joinable = 0 < n < most and not self.gpu_exclusive[g]
+            was_single = n == 1 and not self.gpu_exclusive[g]
             self.gpu_njobs[g] -= 1
             self.gpu_mem_used[g] = max(0.0, self.gpu_mem_used[g] - job.mem_mb)
             if residents:
@@ -312,6 +319,9 @@ class ClusterState:
             joinable = (0 < n - 1 < most and not exclusive) - was_joinable
             if joinable:
                 self.node_joinable[node] += joinable
+            single = (n == 2 and not exclusive) - was_single
+            if single:
+                self.node_single[node] += single
         if track:
             self.n_fraction_room += self._fraction_room(job.gpus) - room
         self._log(-1, job)

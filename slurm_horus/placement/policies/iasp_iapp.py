@@ -117,9 +117,15 @@ class IaspIapp(Policy):
         """Per resident class (trailing entry: a free GPU, resident -1), the score the pipeline gives
         a job of class ``c`` on a GPU running one job of it (:meth:`score_gpus`, a predicted 0 masked
         as :meth:`decide` masks it): the predicted performance, 1 when free; NEG_INF under
-        ``min_tput``."""
-        perf = np.append(mat[c], 1.0)
-        return np.where((perf > 0) & (perf >= self.min_tput), perf, NEG_INF)
+        ``min_tput``. Kept per matrix and measurement count (read it, never write to it)."""
+        kept = self.__dict__.get("_scores_kept")
+        if kept is None or kept[0] is not mat or kept[1] != len(mat) or kept[2] != self.pairs.n_observations:
+            kept = self._scores_kept = (mat, len(mat), self.pairs.n_observations, {})
+        scores = kept[3].get(c)
+        if scores is None:
+            perf = np.append(mat[c], 1.0)
+            scores = kept[3][c] = np.where((perf > 0) & (perf >= self.min_tput), perf, NEG_INF)
+        return scores
 
     def _usable(self, state, feasible, c, mat):
         """Per node, the feasible GPUs a job of class ``c`` may use (:meth:`_class_scores` above
