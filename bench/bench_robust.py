@@ -54,8 +54,8 @@ from slurm_horus.sim.traces import read_trace  # noqa: E402
 from slurm_horus.sim.truth import Truth, load_truth  # noqa: E402
 
 OTHERS = ["slurm-default", "sjf", "sjf-ffs", "sjf-bsbf", "horus-util", "iasp-iapp"]
-VARIANTS = ",".join(f"horus-risk/risk={r}/explore_budget={b}/guard={g}/calibrate={c}"
-                    for r in (0.25, 0.5) for b in (8, 64) for g in (0, 0.8) for c in (0, 3, 10))
+VARIANTS = ",".join(f"horus-risk/risk={r}/explore_budget={b}/guard={g}/calibrate={c}/queue={q}"
+                    for r in (0.25, 0.5) for b in (8, 64) for g in (0, 0.8) for c in (0, 3, 10) for q in (0, 1))
 TRUTHS = ("v100", "p100", "rtx3090")
 TRACES = ("philly-1gpu", "philly-mix", "gavel-msr")
 

@@ -566,12 +566,17 @@ def test_horus_risk_counts_the_duration_spread():
 
 @pytest.mark.parametrize("rule", ["horus", "horus-risk"])
 def test_horus_never_pairs_two_long_jobs_that_lose_on_completion_time(rule):
+    """Two long jobs at 0.6 each: their mean completion time is worse shared. horus-risk also counts the
+    jobs queued behind (``queue``): with none behind, it refuses the pair too (with some it may not:
+    the GPU is free sooner for them, tests/test_placement.py's queue tests)."""
     state = cluster(1, 1)
     policy = make_policy(rule, models_for(state, TablePredictor(default=0.6)))  # combined 1.2, ξ=1.67
     state.place(RunningJob("a", "a", (0,), 0.0, 10000.0))
+    waiting = 3 if rule == "horus" else 1
     assert not run(policy, state, JobRequest("long", "n", predicted_duration=10000.0),
-                   n_waiting=3, waiting_gpus=3).placed
-    assert run(policy, state, JobRequest("short", "n", predicted_duration=100.0), n_waiting=3, waiting_gpus=3).shared
+                   n_waiting=waiting, waiting_gpus=waiting).placed
+    assert run(policy, state, JobRequest("short", "n", predicted_duration=100.0), n_waiting=waiting,
+               waiting_gpus=waiting).shared
 
 
 @pytest.mark.parametrize("options", [{}, {"require_benefit": False}, {"bsbf_gain": 0.0},
@@ -609,7 +614,8 @@ def test_horus_per_class_scoring_is_the_per_gpu_rule(options):
                                           ("horus", {"bsbf_gain": 0.0}), ("horus", {"free_score": 1.3}),
                                           ("horus", {"score_rule": "combined"}),
                                           ("horus", {"min_combined_known": 1.05}), ("horus-risk", {}),
-                                          ("horus-risk", {"risk": 0.0}), ("horus-risk", {"explore_budget": 0})])
+                                          ("horus-risk", {"risk": 0.0}), ("horus-risk", {"explore_budget": 0}),
+                                          ("horus-risk", {"queue": 0.0})])
 def test_horus_quick_decision_is_the_pipelines(rule, options):
     """horus's (and horus-risk's) 1-GPU shortcut (decide_quickly) must give exactly the pipeline's
     decision: random loaded clusters, with and without free GPUs, pressure, a window, measured pairs, ties."""
@@ -662,7 +668,82 @@ def test_horus_quick_decision_is_the_pipelines(rule, options):
                     seen.add("started")
     assert seen >= {(True, True), (True, False), (False, False)}  # every kind of answer was compared
     if rule == "horus-risk":  # horus-risk's weighing without weighing every GPU: a pair, a free GPU, a wait
-        assert {("weighed", True), ("weighed", False), ("weighed", None), "started"} <= seen, seen
+        # (with the queue term, its default, a pair or a free GPU is always found on these clusters: the
+        # waits are compared with queue=0)
+        expected = {("weighed", True), ("weighed", False), "started"} | (set() if policy.queue
+                                                                          else {("weighed", None)})
+        assert expected <= seen, seen
+
+
+def test_horus_risk_weighs_the_risk_its_docstring_defines():
+    """R, the standard deviation of the pair's benefit B: B's change for a step of 0.01 on each input
+    (the two pair values, the log of both durations) times that input's spread, written here one pair
+    at a time; with no spread on the durations their terms are 0."""
+    import math
+
+    from slurm_horus.placement.policies.horus_risk import _risk
+    from slurm_horus.placement.policies.sjf_bsbf import pair_benefit
+
+    def plain(e_a, e_b, jt, rt, sj, sr, s_d):
+        b = float(pair_benefit(e_a, e_b, jt, rt))
+        steps = [(float(pair_benefit(e_a, e_b, jt + 0.01, rt)) - b) / 0.01 * sj,
+                 (float(pair_benefit(e_a, e_b, jt, rt + 0.01)) - b) / 0.01 * sr,
+                 (float(pair_benefit(e_a * math.exp(0.01), e_b, jt, rt)) - b) / 0.01 * s_d,
+                 (float(pair_benefit(e_a, e_b * math.exp(0.01), jt, rt)) - b) / 0.01 * s_d]
+        return math.sqrt(sum(x * x for x in steps))
+
+    e_b = np.array([30.0, 600.0, 5000.0, 20000.0])
+    jt, rt = np.array([0.9, 0.5, 0.75, 0.6]), np.array([0.8, 0.95, 0.4, 0.7])
+    sj, sr = np.array([0.05, 0.2, 0.1, 0.3]), np.array([0.1, 0.05, 0.25, 0.3])
+    for e_a in (60.0, 3000.0):
+        for s_d in (0.0, 0.8):
+            got = _risk(e_a, e_b, jt, rt, sj, sr, s_d, pair_benefit(e_a, e_b, jt, rt))
+            want = [plain(e_a, *args, s_d) for args in zip(e_b, jt, rt, sj, sr)]
+            assert np.allclose(got, want, rtol=1e-9, atol=1e-9), (e_a, s_d, got, want)
+    with_spread = _risk(600.0, e_b, jt, rt, sj, sr, 0.8, pair_benefit(600.0, e_b, jt, rt))
+    assert (with_spread > _risk(600.0, e_b, jt, rt, sj, sr, 0.0, pair_benefit(600.0, e_b, jt, rt))).all()
+
+
+def test_horus_risk_queue_benefit_counts_the_jobs_behind():
+    """_benefit with q jobs queued per GPU: SJF-BSBF's T_seq − T_con plus ½·q·D, D how much sooner the
+    GPU is free when the two share (values worked out by hand: the job ends first, the resident ends
+    first, a pair doing less than one job's work)."""
+    from slurm_horus.placement.policies.horus_risk import _benefit
+    from slurm_horus.placement.policies.sjf_bsbf import pair_times
+
+    cases = [  # E_a, e_b, jt, rt, q, B, B with q
+        (100.0, 300.0, 0.8, 0.6, 2.0, 112.5, 112.5 + 50.0),  # a ends at 125, b at 350 (alone: 400)
+        (400.0, 100.0, 0.8, 0.5, 4.0, -20.0, -20.0 + 2.0 * 60.0),  # b ends at 200, a at 440 (alone: 500)
+        (100.0, 300.0, 0.4, 0.3, 2.0, -12.5, -12.5 - 75.0),  # 475 against 400: a cost to the queue
+    ]
+    for e_a, e_b, jt, rt, q, plain, queued in cases:
+        b0, t_con = _benefit(e_a, np.array([e_b]), np.array([jt]), np.array([rt]))
+        bq, t_con_q = _benefit(e_a, np.array([e_b]), np.array([jt]), np.array([rt]), q)
+        assert abs(float(b0[0]) - plain) < 1e-9 and abs(float(bq[0]) - queued) < 1e-9, (e_a, e_b, b0, bq)
+        assert float(t_con[0]) == float(t_con_q[0])
+    rng = np.random.default_rng(3)  # the queue's T_con is pair_times's, to the bit
+    e_b, jt, rt = rng.uniform(1, 1e5, 500), rng.uniform(0, 1.5, 500), rng.uniform(0, 1.5, 500)
+    for e_a in (10.0, 3000.0, 5e5):
+        assert np.array_equal(_benefit(e_a, e_b, jt, rt, 2.5)[1], pair_times(e_a, e_b, jt, rt)[0])
+
+
+def test_horus_risk_with_queue_shares_a_pair_that_frees_the_gpu_sooner():
+    """A pair SJF-BSBF refuses (the two jobs' mean completion time is 20 s worse sharing) frees the
+    GPU 60 s sooner: with four GPUs' worth of jobs queued behind, horus-risk/queue=1 shares it, and
+    without the queue term (or without a queue) it waits."""
+    from slurm_horus.placement.policies.horus_risk import HorusRisk
+
+    def decide(queue, waiting):
+        state = cluster(1, 1)
+        state.place(RunningJob("r0", "b", (0,), 0.0, 200.0))
+        policy = HorusRisk(PairTable(TablePredictor({("x", "b"): 0.8, ("b", "x"): 0.5}), state.classes),
+                           queue=queue)
+        return policy.decide(state, JobRequest("x1", "x", predicted_duration=400.0),
+                             SchedulingContext(100.0, waiting, waiting))
+
+    assert decide(1.0, 5).placed and decide(1.0, 5).shared
+    assert not decide(0.0, 5).placed
+    assert not decide(1.0, 1).placed  # no one behind it: the pair's own benefit only
 
 
 def test_horus_risk_equal_pairs_go_to_the_first_gpu():
@@ -937,7 +1018,7 @@ def test_iasp_iapp_quick_waits_are_the_pipelines():
     GPUs it may use (free, or one resident next to which its predicted performance is at least
     ``min_tput``), and places a 1-GPU job scoring only the chosen node's GPUs: the same decision as
     the pipeline, and the cycle's ``wait_reason`` the same reason, over random clusters, geometries,
-    partitions and measured pairs."""
+    partitions and measured pairs (some measured between decisions)."""
     from slurm_horus.placement.policies.iasp_iapp import IaspIapp
 
     rng = np.random.default_rng(43)
@@ -969,6 +1050,8 @@ def test_iasp_iapp_quick_waits_are_the_pipelines():
             assert known is None or (not full.placed and known == full.reason), (trial, k, known, full.reason)
             answered["pipeline" if calls else "quick placed" if answer.placed else "quick wait"] += 1
             seen.add((answer.placed, nodes > 1, known is not None))
+            if k % 3 == 2:  # a pair measured between decisions: what the shortcut keeps must follow it
+                policy.observe("v100", req.job_class, str(rng.choice(classes)), float(rng.choice([0.3, 0.95])))
     assert answered["quick wait"] > 50 and answered["quick placed"] > 50 and answered["pipeline"] > 50, answered
     assert {(True, False, False), (False, False, True), (False, True, True), (True, True, False)} <= seen, seen
 

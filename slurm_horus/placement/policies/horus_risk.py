@@ -1,10 +1,10 @@
 """horus-risk: the flagship's candidate rule, pairs decided under prediction uncertainty (issue 13).
 
 Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but a
-cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 59/63 ms CPU p50/p99 (goal 50; ``horus`` 24/28:
-a 1-GPU job is weighed only on the resident classes that may win, :meth:`HorusRisk._best_pair`, but a
+cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 48/57 ms CPU p50/p99 (goal 50; ``horus`` 24/27:
+a 1-GPU job is weighed only on the resident classes that may win, :meth:`HorusRisk._best_pair`, a
 multi-GPU job on every feasible GPU), and on ``bench_sim.py`` at load 3 its makespan gain is smaller
-(−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
+(−24.0 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
 docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
 
 Source: this project, combining the SJF queue order and the completion-time test of SJF-BSBF
@@ -16,6 +16,11 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 * otherwise a GPU running job ``b`` is weighed for job ``a`` by the **expected benefit** ``B`` of the
   pair: SJF-BSBF's mean completion time of the two when ``a`` waits for ``b`` minus when they share
   (``pair_benefit``, seconds), from the predicted throughputs of both and their expected durations;
+* with ``queue`` (on), ``B`` also counts the jobs queued behind: sharing frees the GPU ``D`` seconds
+  sooner than the job waiting for the resident would (``D`` = e_b + E_a − the later one's end when
+  they share; negative for a pair that does less than one job's work), and each of the q GPUs' worth
+  of jobs queued per GPU of the cluster starts that much sooner: ``B`` + ½·q·D (:func:`_benefit`; per
+  job of the pair, so that an empty queue is SJF-BSBF's test exactly);
 * every input carries its spread: the pair values by where they came from (``PairTable.sigma``:
   a pair measured on this cluster narrow, cf / utilization wider, the default prior widest), the
   durations by the estimator's own spread (``JobRequest.duration_sigma``, the log-σ of the history
@@ -47,7 +52,8 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 
 The one remaining parameter of the pairing rule, ``risk`` (how many standard deviations of the benefit
 a pair must clear), is chosen by cross-validation (``bench/bench_robust.py``: tuned on one GPU type and
-trace family, scored on the others), and so are ``explore_budget``, ``guard`` and ``calibrate``.
+trace family, scored on the others), and so are ``explore_budget``, ``guard``, ``calibrate`` and
+``queue``.
 ``--explain`` lists, per candidate GPU, B and R.
 """
 
@@ -60,41 +66,64 @@ from .horus import Horus
 from .sjf_bsbf import PAIR_EPS, pair_benefit, pair_times
 
 
-def _benefit(e_a, e_b, jt, rt):
-    """Per GPU: the pair's expected benefit B (``pair_benefit``: T_seq − T_con) and its T_con."""
-    t_con, t_seq = pair_times(e_a, e_b, jt, rt)
-    return t_seq - t_con, t_con
+def _benefit(e_a, e_b, jt, rt, q=0.0):
+    """Per GPU: the pair's expected benefit B and its T_con. B is SJF-BSBF's T_seq − T_con
+    (``pair_benefit``: the two jobs' mean completion time, waiting minus sharing), plus, with ``q`` > 0
+    jobs queued per GPU behind the job, ½·q·D: the GPU is free for the queue D = (e_b + E_a) −
+    (the end of the later of the two when they share) sooner, and each of the q jobs that follow on
+    it starts that much earlier (D < 0 when the pair does less work than one job alone: a cost). Per
+    job of the pair (½), as T_seq − T_con is, so that q = 0 is SJF-BSBF's test exactly."""
+    if not q:
+        t_con, t_seq = pair_times(e_a, e_b, jt, rt)
+        return t_seq - t_con, t_con
+    # pair_times's arithmetic, keeping the earlier one's end (``shorter``): the later one ends at
+    # 2·T_con − shorter
+    jt = np.maximum(jt, 1e-9)
+    rt = np.maximum(rt, 1e-9)
+    eh_a = e_a / jt
+    eh_b = e_b / rt
+    shorter = np.minimum(eh_a, eh_b)
+    t_con = np.where(eh_a >= eh_b, 0.5 * e_a + shorter * (1.0 - 0.5 * jt), 0.5 * e_b + shorter * (1.0 - 0.5 * rt))
+    t_seq = e_b + 0.5 * e_a
+    return (t_seq - t_con) + 0.5 * q * ((e_b + e_a) - (2.0 * t_con - shorter)), t_con
 
 
-def _risk(e_a, e_b, jt, rt, sj, sr, s_d, benefit):
-    """Per GPU: the risk R of the pair's benefit ``benefit`` (:func:`_benefit`), the standard deviation
-    of B that the spreads of its inputs imply (first order: B's change for a step of each input, times
-    that input's σ; pair values σ ``sj``, ``sr``, durations the log-σ ``s_d``)."""
-    # B's first-order sensitivities in one vectorized call: rows = +δ on jt, rt, log E_a, log E_b
+def _risk(e_a, e_b, jt, rt, sj, sr, s_d, benefit, q=0.0):
+    """Per GPU: the risk R of the pair's benefit ``benefit`` (:func:`_benefit`, with ``q``), the
+    standard deviation of B that the spreads of its inputs imply (first order: B's change for a step
+    of each input, times that input's σ; pair values σ ``sj``, ``sr``, durations the log-σ ``s_d``)."""
+    # B's first-order sensitivities in one vectorized call: rows = +δ on jt, rt, log E_a, log E_b (the
+    # last two only when the durations have a spread: with s_d = 0 their term is 0)
     d_t, d_l = 0.01, 0.01
-    n = len(e_b)
-    ea = np.full((4, n), e_a)
-    ea[2] *= math.exp(d_l)
-    eb = np.tile(e_b, (4, 1))
-    eb[3] *= math.exp(d_l)
-    tj = np.tile(jt, (4, 1))
+    rows = 4 if s_d else 2
+    step = math.exp(d_l)
+    ea = np.array([[e_a], [e_a], [e_a * step], [e_a]][:rows])
+    eb = np.empty((rows, len(e_b)))
+    eb[:] = e_b
+    tj = np.empty_like(eb)
+    tj[:] = jt
     tj[0] += d_t
-    tr = np.tile(rt, (4, 1))
+    tr = np.empty_like(eb)
+    tr[:] = rt
     tr[1] += d_t
-    b = pair_benefit(ea, eb, tj, tr)
-    return np.sqrt(((b[0] - benefit) / d_t * sj) ** 2 + ((b[1] - benefit) / d_t * sr) ** 2
-                   + (((b[2] - benefit) ** 2 + (b[3] - benefit) ** 2) * (s_d / d_l) ** 2))
+    if s_d:
+        eb[3] *= step
+    b = pair_benefit(ea, eb, tj, tr) if not q else _benefit(ea, eb, tj, tr, q)[0]
+    var = ((b[0] - benefit) / d_t * sj) ** 2 + ((b[1] - benefit) / d_t * sr) ** 2
+    if s_d:
+        var = var + ((b[2] - benefit) ** 2 + (b[3] - benefit) ** 2) * (s_d / d_l) ** 2
+    return np.sqrt(var)
 
 
-def _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, busy):
+def _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, busy, q=0.0):
     """Per GPU: (B, T_con, R, where R was computed): R only where it can change the answer, a pair
     whose risk counts (k > 0) with a positive benefit (B ≤ 0 fails the test whatever R; k = 0 reads
     no R); elsewhere 0."""
-    benefit, t_con = _benefit(e_a, e_b, jt, rt)
+    benefit, t_con = _benefit(e_a, e_b, jt, rt, q)
     need = busy & (k > 0) & (benefit > 0)
     risk = np.zeros(len(e_b))
     if need.any():
-        risk[need] = _risk(e_a, e_b[need], jt[need], rt[need], sj[need], sr[need], s_d, benefit[need])
+        risk[need] = _risk(e_a, e_b[need], jt[need], rt[need], sj[need], sr[need], s_d, benefit[need], q)
     return benefit, t_con, risk, need
 
 
@@ -108,12 +137,13 @@ class HorusRisk(Horus):
     order_rule = "sjf"
     uses_duration = True
     risk = 0.25  # standard deviations of the benefit a pair must clear (cross-validated: bench_robust)
-    explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
+    explore_budget = 8  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
     guard = 0.0  # makespan guard (see the docstring); 0: off
     guard_queue = 2.0
     frag_tolerance = 0.0  # milli-GPU: fragmentation increases this close to the least count as equal
+    queue = 1.0  # the benefit counts the jobs queued behind (_benefit; cross-validated); 0: the pair only
 
     EXPLORING_KEPT = 4096  # exploring answers remembered until their job runs (horusd's offers are never all taken)
 
@@ -166,7 +196,14 @@ class HorusRisk(Horus):
         resident, free = cycle.resident, cycle.free
         sj, sr = np.zeros(len(idx)), np.zeros(len(idx))
         known = np.ones(len(idx), dtype=bool)
-        types = state.gpu_type_id[idx] if len(state.gpu_types) > 1 else np.zeros(len(idx), dtype=int)
+        if len(state.gpu_types) == 1:  # one GPU type: the class's row and column, a free GPU's -1 last
+            types = np.zeros(len(idx), dtype=int)
+            if free.all():
+                return sj, sr, known, types
+            sig, kn = self.pairs.sigma(state.gpu_types[0]), self.pairs.known(state.gpu_types[0])
+            return (np.append(sig[c], 0.0)[resident], np.append(sig[:, c], 0.0)[resident],
+                    np.append(kn[c] & kn[:, c], True)[resident], types)
+        types = state.gpu_type_id[idx]
         for t in np.unique(types[~free]):
             name = state.gpu_types[t]
             sig, kn = self.pairs.sigma(name), self.pairs.known(name)
@@ -199,6 +236,14 @@ class HorusRisk(Horus):
         self._lo_kept = (state, base + len(changes), lo)
         return lo[:n]
 
+    def _behind(self, cycle):
+        """q of :func:`_benefit`: the GPUs the queue asks for besides this job, per GPU of the cluster
+        (× ``queue``; 0 when off)."""
+        if not self.queue:
+            return 0.0
+        behind = max(cycle.ctx.waiting_gpus - cycle.req.n_gpus, 0)
+        return self.queue * behind / max(cycle.state.n_gpus, 1)
+
     def _weigh(self, cycle):
         """Per feasible GPU: the pair's score ``1 + 1 / (1 + T_con + risk·R)`` and whether it qualifies
         (see the docstring); the benefit and risk are kept in ``cycle.notes`` for ``--explain``."""
@@ -221,13 +266,14 @@ class HorusRisk(Horus):
             explore &= left[types]
         k = np.where(explore, 0.0, self.risk)
         s_d = float(req.duration_sigma or 0.0)
-        benefit, t_con, risk, need = _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, busy)
+        q = self._behind(cycle)
+        if free.any():  # a free GPU is there: the pair must also add throughput, as confidently
+            busy = busy & (jt + rt - 1.0 - k * np.sqrt(sj * sj + sr * sr) > 0)
+        benefit, t_con, risk, need = _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, busy, q)
         cycle.notes["risk_of"] = (need, lambda pos: float(_risk(e_a, e_b[[pos]], jt[[pos]], rt[[pos]], sj[[pos]],
-                                                                  sr[[pos]], s_d, benefit[[pos]])[0]))
+                                                                  sr[[pos]], s_d, benefit[[pos]], q)[0]))
         net = benefit - k * risk
         ok = busy & (net > 0)
-        if free.any():  # a free GPU is there: the pair must also add throughput, as confidently
-            ok &= jt + rt - 1.0 - k * np.sqrt(sj * sj + sr * sr) > 0
         cycle.notes["benefit"], cycle.notes["risk"], cycle.notes["explore"] = benefit, risk, explore
         # among qualifying pairs the lowest risk-adjusted completion time of the pair wins (SJF-BSBF's
         # T_con, plus the same multiple of the spread); a free GPU scores 1, below every pair
@@ -274,6 +320,7 @@ class HorusRisk(Horus):
         cycle.notes["reason"] = "pressure: expected benefit net of risk"
         e_a = req.expected_duration()
         s_d = float(req.duration_sigma or 0.0)
+        q = self._behind(cycle)
         classes = np.flatnonzero(busy_c)
         if len(classes):
             bound, _ = pair_times(e_a, np.maximum(lo[classes] - ctx.now, 1.0), jt_c[classes], rt_c[classes])
@@ -297,7 +344,7 @@ class HorusRisk(Horus):
             jt, rt, sj, sr = jt_c[res], rt_c[res], sj_c[res], sr_c[res]
             e_b = np.maximum(state.gpu_end0[feasible.idx[pos]] - ctx.now, 1.0)
             k = k_c[res]
-            benefit, t_con, risk, _ = _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, True)
+            benefit, t_con, risk, _ = _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, True, q)
             ok = benefit - k * risk > 0
             if ok.any():
                 t_con, risk, k = t_con[ok], risk[ok], k[ok]
