@@ -63,7 +63,7 @@ import numpy as np
 
 from ..framework import NEG_INF, Policy, pressure
 from .horus import Horus
-from .sjf_bsbf import PAIR_EPS, pair_benefit, pair_times
+from .sjf_bsbf import PAIR_EPS, pair_ends, pair_times
 
 
 def _benefit(e_a, e_b, jt, rt, q=0.0):
@@ -73,19 +73,11 @@ def _benefit(e_a, e_b, jt, rt, q=0.0):
     (the end of the later of the two when they share) sooner, and each of the q jobs that follow on
     it starts that much earlier (D < 0 when the pair does less work than one job alone: a cost). Per
     job of the pair (½), as T_seq − T_con is, so that q = 0 is SJF-BSBF's test exactly."""
-    if not q:
-        t_con, t_seq = pair_times(e_a, e_b, jt, rt)
-        return t_seq - t_con, t_con
-    # pair_times's arithmetic, keeping the earlier one's end (``shorter``): the later one ends at
-    # 2·T_con − shorter
-    jt = np.maximum(jt, 1e-9)
-    rt = np.maximum(rt, 1e-9)
-    eh_a = e_a / jt
-    eh_b = e_b / rt
-    shorter = np.minimum(eh_a, eh_b)
-    t_con = np.where(eh_a >= eh_b, 0.5 * e_a + shorter * (1.0 - 0.5 * jt), 0.5 * e_b + shorter * (1.0 - 0.5 * rt))
-    t_seq = e_b + 0.5 * e_a
-    return (t_seq - t_con) + 0.5 * q * ((e_b + e_a) - (2.0 * t_con - shorter)), t_con
+    t_con, t_seq, first = pair_ends(e_a, e_b, jt, rt)
+    benefit = t_seq - t_con
+    if q:  # the later one ends at 2·T_con − the first end
+        benefit = benefit + 0.5 * q * ((e_b + e_a) - (2.0 * t_con - first))
+    return benefit, t_con
 
 
 def _risk(e_a, e_b, jt, rt, sj, sr, s_d, benefit, q=0.0):
@@ -108,7 +100,7 @@ def _risk(e_a, e_b, jt, rt, sj, sr, s_d, benefit, q=0.0):
     tr[1] += d_t
     if s_d:
         eb[3] *= step
-    b = pair_benefit(ea, eb, tj, tr) if not q else _benefit(ea, eb, tj, tr, q)[0]
+    b = _benefit(ea, eb, tj, tr, q)[0]
     var = ((b[0] - benefit) / d_t * sj) ** 2 + ((b[1] - benefit) / d_t * sr) ** 2
     if s_d:
         var = var + ((b[2] - benefit) ** 2 + (b[3] - benefit) ** 2) * (s_d / d_l) ** 2

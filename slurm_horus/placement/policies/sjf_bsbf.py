@@ -38,7 +38,14 @@ PAIR_EPS = 1e-9
 
 
 def pair_times(e_a, e_b, tput_a, tput_b):
-    """(T_con, T_seq) of the SJF-BSBF rule (vectorized).
+    """(T_con, T_seq) of the SJF-BSBF rule (vectorized): :func:`pair_ends` without the first end."""
+    t_con, t_seq, _ = pair_ends(e_a, e_b, tput_a, tput_b)
+    return t_con, t_seq
+
+
+def pair_ends(e_a, e_b, tput_a, tput_b):
+    """(T_con, T_seq, the end of the one that ends first when they share) of the SJF-BSBF rule
+    (vectorized); the other one ends at 2·T_con minus the first end.
 
     Written with tput = 1/ξ: Ê = E/tput, and (1 − 1/(2ξ))·Ê = Ê − tput·Ê/2, so the branch that
     applies is the one of the smaller Ê (fewer temporaries on the decision path).
@@ -51,7 +58,7 @@ def pair_times(e_a, e_b, tput_a, tput_b):
     shorter = np.minimum(eh_a, eh_b)
     t_con = np.where(a_last, 0.5 * e_a + shorter * (1.0 - 0.5 * tput_a),
                      0.5 * e_b + shorter * (1.0 - 0.5 * tput_b))
-    return t_con, e_b + 0.5 * e_a
+    return t_con, e_b + 0.5 * e_a, shorter
 
 
 def pair_benefit(e_a, e_b, tput_a, tput_b):
