@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_horus.collect.records import PARSABLE_DELIMITER, PARSABLE_FIELDS
+from slurm_horus.slurm.acct import PARSABLE_DELIMITER, PARSABLE_FIELDS
 from slurm_horus.localcluster import LocalCluster
 
 

@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from slurm_horus.collect.ingest import FileSource, ingest, watermark
-from slurm_horus.collect.records import (
-    PARSABLE_DELIMITER, apply_exit_codes, job_rows_from_json, job_rows_from_parsable,
-)
+from slurm_horus.collect.records import apply_exit_codes, job_rows_from_json, job_rows_from_parsable
+from slurm_horus.slurm.acct import PARSABLE_DELIMITER
 from slurm_horus.tokens import parse_horus_tokens
 from slurm_horus.errors import InputError
 from slurm_horus.store.db import open_db

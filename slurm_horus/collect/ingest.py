@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..store.db import get_meta, set_meta, transaction
+from ..slurm.acct import PARSABLE_DELIMITER, PARSABLE_FIELDS
 from .records import (
-    JOB_COLUMNS, PARSABLE_DELIMITER, apply_exit_codes, apply_usage, PARSABLE_FIELDS, STEP_COLUMNS, TERMINAL_STATES,
-    apply_decision_token, drop_decision_token, job_rows_from_json, job_rows_from_parsable,
+    JOB_COLUMNS, STEP_COLUMNS, TERMINAL_STATES, apply_decision_token, apply_exit_codes, apply_usage,
+    drop_decision_token, job_rows_from_json, job_rows_from_parsable,
 )
 
 WATERMARK_KEY = "ingest.watermark"

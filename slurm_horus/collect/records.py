@@ -23,10 +23,7 @@ import re
 
 from ..errors import InputError
 from ..jobclass import UNKNOWN_CLASS, job_class_of
-from ..slurm.acct import (  # noqa: F401 (PARSABLE_*: the ingest's sacct -P call names them)
-    PARSABLE_DELIMITER, PARSABLE_FIELDS, parsable_exit_codes, read_sacct_json, read_sacct_parsable,
-    read_sacct_usage,
-)
+from ..slurm.acct import parsable_exit_codes, read_sacct_json, read_sacct_parsable, read_sacct_usage
 from ..tokens import parse_horus_tokens
 
 TERMINAL_STATES = frozenset(

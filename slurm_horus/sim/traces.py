@@ -60,7 +60,6 @@ class TraceJob:
     time_limit: Optional[float] = None  # seconds, when the trace gives one (what a live site knows)
     kind: str = "train"  # or "infer"
     gpu_fraction: float = 1.0
-    time_limit: Optional[float] = None  # seconds, when the job was given one (a live site knows it)
     # what the request states of its GPUs (issue 21): 0 = not stated (the interference model's
     # whole-GPU jobs), 1..999 = milli of one GPU, 1000 = whole GPUs (exclusive)
     gpu_milli: int = 0
