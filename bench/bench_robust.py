@@ -3,8 +3,11 @@
 Reads /work/shared/data (not shipped): ``$HORUS_SHARED_DATA`` or ``../shared/data`` relative to the
 repository root. Lucid's RTX 3090 measurements are used as a truth for evaluation only, never copied.
 
-Cases (each a small cluster, ``--gpus`` GPUs in 4-GPU nodes, ``--jobs`` jobs, so that the whole matrix
-runs in minutes):
+Cases (each a small cluster, ``--gpus`` GPUs in 4-GPU nodes, ``--jobs`` jobs; 600 by default, the size
+the variants are both tuned and judged at: at 200 the queue is short and the tuning scores are noise
+(docs/simulator.md, "Tuning and judging at 600 jobs"). The whole matrix takes about 70 minutes with
+``--workers 2`` on a 2-core machine; the cases are independent and the result does not depend on the
+number of workers):
 
 * truth (the simulator's real pair slowdowns, hidden from the policies, which start from the
   built-in priors without that GPU type's pairs): Gavel V100, Gavel P100, Lucid RTX 3090;
@@ -33,6 +36,7 @@ import argparse
 import copy
 import json
 import math
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -71,7 +75,8 @@ class Truths:
         if gpu not in self._cache:
             if gpu == LUCID_GPU:
                 profiles, observations, _ = load_lucid()
-                path = os.path.join(self.folder, "lucid_profiles.csv")  # a scratch copy, outside the project
+                # a scratch copy, outside the project; one per process (workers share the folder)
+                path = os.path.join(self.folder, f"lucid_profiles.{os.getpid()}.csv")
                 write_profiles_csv(path, profiles)
                 truth = Truth(observations, list(builtin_priors()[0]) + list(profiles), name=f"lucid:{gpu}")
                 self._cache[gpu] = (truth, path)
@@ -126,17 +131,37 @@ def offered_load(jobs, n_gpus):
     return sum(j.duration * j.num_gpus for j in jobs) / (max(span, 1.0) * n_gpus)
 
 
-def run_case(truths, gpu, trace, load, durations, seed, policies, args):
-    truth, profiles = truths.get(gpu)
-    jobs, source = workload(trace, args.jobs, seed, truth)
-    groups = parse_cluster(f"{args.gpus // 4}x4:{gpu}")
-    n_gpus = args.gpus
+_TRUTHS = []  # one Truths, made by main() before any worker forks (its scratch folder, main's to remove)
+
+
+def _truths():
+    return _TRUTHS[0]
+
+
+def run_case(gpu, trace, load, durations, seed, policies, n_jobs, n_gpus):
+    truth, profiles = _truths().get(gpu)
+    jobs, source = workload(trace, n_jobs, seed, truth)
+    groups = parse_cluster(f"{n_gpus // 4}x4:{gpu}")
     factor = load / offered_load(jobs, n_gpus)
     results = run_policies(copy.deepcopy(jobs), groups, truth, policies, seed=seed, load=factor,
                            profiles_path=profiles, options=SimOptions(durations=durations))
     return {r.policy: dict({k: summarize(r)[k] for k in ("mean_jct", "makespan", "effective_utilization")},
                            explored=sum(v for k, v in (r.runtime or {}).items() if k.startswith("explored:")))
             for r in results}, source
+
+
+def _run_case(task):
+    return run_case(*task)
+
+
+def run_cases(tasks, workers):
+    """``run_case`` over ``tasks`` (argument tuples), in their order; ``workers`` processes (cases are
+    independent: each is one simulation of every policy, seeded by its own arguments)."""
+    if workers <= 1:
+        yield from map(_run_case, tasks)
+        return
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(_run_case, tasks)
 
 
 def tuning_score(summary, variant, best_other_jct):
@@ -161,9 +186,41 @@ def judge(summary, horus):
             "gain_ok": gain is None or gain >= 0.8}
 
 
+def cross_validate(args, loads, seeds, variants):
+    """Every variant on the tuning family (estimated durations): the scores, and the best variant."""
+    scores = {v: [] for v in variants}
+    tasks = [(args.tune_truth, args.tune_trace, load, "estimated", seed, OTHERS + ["oracle"] + variants,
+              args.jobs, args.gpus) for load in loads for seed in seeds]
+    for summary, _ in run_cases(tasks, args.workers):
+        best_other = min(summary[n]["mean_jct"] for n in OTHERS)
+        for v in variants:
+            scores[v].append(tuning_score(summary, v, best_other))
+    tuned = {v: sum(s) / len(s) for v, s in scores.items()}
+    chosen = min(variants, key=lambda v: tuned[v])
+    print(json.dumps({"tuning": tuned, "chosen": chosen}), file=sys.stderr)
+    return tuned, chosen
+
+
+def score_everywhere(args, loads, seeds, chosen):
+    """The chosen variant on every case: one judged row per case."""
+    keys = [(gpu, trace, load, durations, seed) for gpu in args.truths.split(",")
+            for trace in args.traces.split(",") for load in loads
+            for durations in args.durations.split(",") for seed in seeds]
+    tasks = [key + (OTHERS + ["oracle", chosen], args.jobs, args.gpus) for key in keys]
+    cases = []
+    for (gpu, trace, load, durations, seed), (summary, source) in zip(keys, run_cases(tasks, args.workers)):
+        row = {"truth": gpu, "trace": trace, "source": source, "load": load,
+               "durations": durations, "seed": seed,
+               "tuning_family": gpu == args.tune_truth and trace == args.tune_trace}
+        row.update(judge(summary, chosen))
+        cases.append(row)
+        print(_line(row), file=sys.stderr)
+    return cases
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=600)
     parser.add_argument("--gpus", type=int, default=32)
     parser.add_argument("--truths", default=",".join(TRUTHS))
     parser.add_argument("--traces", default=",".join(TRACES))
@@ -174,45 +231,22 @@ def main():
     parser.add_argument("--tune-truth", default="v100")
     parser.add_argument("--tune-trace", default="philly-1gpu")
     parser.add_argument("--tune-only", action="store_true", help="stop after choosing the variant")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes running cases side by side (results do not depend on it)")
     args = parser.parse_args()
     started = time.time()
     loads = [float(x) for x in args.loads.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]
     variants = args.variants.split(",")
-    with tempfile.TemporaryDirectory() as scratch:
-        truths = Truths(scratch)
-        # 1. tune: every variant on the tuning family (estimated durations), keep the best
-        scores = {v: [] for v in variants}
-        for load in loads:
-            for seed in seeds:
-                summary, _ = run_case(truths, args.tune_truth, args.tune_trace, load, "estimated", seed,
-                                      OTHERS + ["oracle"] + variants, args)
-                best_other = min(summary[n]["mean_jct"] for n in OTHERS)
-                for v in variants:
-                    scores[v].append(tuning_score(summary, v, best_other))
-        tuned = {v: sum(s) / len(s) for v, s in scores.items()}
-        chosen = min(variants, key=lambda v: tuned[v])
-        print(json.dumps({"tuning": tuned, "chosen": chosen}), file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="bench_robust.") as scratch:
+        _TRUTHS[:] = [Truths(scratch)]
+        tuned, chosen = cross_validate(args, loads, seeds, variants)
         if args.tune_only:
             print(json.dumps({"cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace},
                                                    "variants_score": tuned, "chosen": chosen},
                               "seconds": round(time.time() - started, 1)}, indent=2))
             return
-        # 2. score the chosen variant everywhere
-        cases = []
-        for gpu in args.truths.split(","):
-            for trace in args.traces.split(","):
-                for load in loads:
-                    for durations in args.durations.split(","):
-                        for seed in seeds:
-                            summary, source = run_case(truths, gpu, trace, load, durations, seed,
-                                                       OTHERS + ["oracle", chosen], args)
-                            row = {"truth": gpu, "trace": trace, "source": source, "load": load,
-                                   "durations": durations, "seed": seed,
-                                   "tuning_family": gpu == args.tune_truth and trace == args.tune_trace}
-                            row.update(judge(summary, chosen))
-                            cases.append(row)
-                            print(_line(row), file=sys.stderr)
+        cases = score_everywhere(args, loads, seeds, chosen)
     judged = [c for c in cases if not c["tuning_family"] and c["durations"] == "estimated"]
     summary = {"cases_judged": len(judged),
                "jct_ok": sum(c["jct_ok"] for c in judged),

@@ -615,7 +615,7 @@ def test_horus_per_class_scoring_is_the_per_gpu_rule(options):
                                           ("horus", {"score_rule": "combined"}),
                                           ("horus", {"min_combined_known": 1.05}), ("horus-risk", {}),
                                           ("horus-risk", {"risk": 0.0}), ("horus-risk", {"explore_budget": 0}),
-                                          ("horus-risk", {"queue": 0.0})])
+                                          ("horus-risk", {"queue": 1.0})])
 def test_horus_quick_decision_is_the_pipelines(rule, options):
     """horus's (and horus-risk's) 1-GPU shortcut (decide_quickly) must give exactly the pipeline's
     decision: random loaded clusters, with and without free GPUs, pressure, a window, measured pairs, ties."""

@@ -4,7 +4,7 @@ Not the default yet: on ``bench_robust.py``'s held-out cases it does better than
 cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 48/57 ms CPU p50/p99 (goal 50; ``horus`` 24/27:
 a 1-GPU job is weighed only on the resident classes that may win, :meth:`HorusRisk._best_pair`, a
 multi-GPU job on every feasible GPU), and on ``bench_sim.py`` at load 3 its makespan gain is smaller
-(−24.0 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
+(−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
 docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
 
 Source: this project, combining the SJF queue order and the completion-time test of SJF-BSBF
@@ -16,7 +16,7 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 * otherwise a GPU running job ``b`` is weighed for job ``a`` by the **expected benefit** ``B`` of the
   pair: SJF-BSBF's mean completion time of the two when ``a`` waits for ``b`` minus when they share
   (``pair_benefit``, seconds), from the predicted throughputs of both and their expected durations;
-* with ``queue`` (on), ``B`` also counts the jobs queued behind: sharing frees the GPU ``D`` seconds
+* with ``queue`` (off by default: the cross-validation at 600 jobs leaves it off), ``B`` also counts the jobs queued behind: sharing frees the GPU ``D`` seconds
   sooner than the job waiting for the resident would (``D`` = e_b + E_a − the later one's end when
   they share; negative for a pair that does less than one job's work), and each of the q GPUs' worth
   of jobs queued per GPU of the cluster starts that much sooner: ``B`` + ½·q·D (:func:`_benefit`; per
@@ -129,13 +129,13 @@ class HorusRisk(Horus):
     order_rule = "sjf"
     uses_duration = True
     risk = 0.25  # standard deviations of the benefit a pair must clear (cross-validated: bench_robust)
-    explore_budget = 8  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
+    explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
     guard = 0.0  # makespan guard (see the docstring); 0: off
     guard_queue = 2.0
     frag_tolerance = 0.0  # milli-GPU: fragmentation increases this close to the least count as equal
-    queue = 1.0  # the benefit counts the jobs queued behind (_benefit; cross-validated); 0: the pair only
+    queue = 0.0  # the benefit counts the jobs queued behind (_benefit; cross-validated: off); 0: the pair only
 
     EXPLORING_KEPT = 4096  # exploring answers remembered until their job runs (horusd's offers are never all taken)
 
