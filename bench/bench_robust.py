@@ -5,7 +5,7 @@ repository root. Lucid's RTX 3090 measurements are used as a truth for evaluatio
 
 Cases (each a small cluster, ``--gpus`` GPUs in 4-GPU nodes, ``--jobs`` jobs; 600 by default, the size
 the variants are both tuned and judged at: at 200 the queue is short and the tuning scores are noise
-(docs/simulator.md, "Tuning and judging at 600 jobs"). The whole matrix takes about 70 minutes with
+(docs/simulator.md, "Tuning and judging at 600 jobs"). The whole matrix takes about 33 minutes with
 ``--workers 2`` on a 2-core machine; the cases are independent and the result does not depend on the
 number of workers):
 
@@ -134,12 +134,8 @@ def offered_load(jobs, n_gpus):
 _TRUTHS = []  # one Truths, made by main() before any worker forks (its scratch folder, main's to remove)
 
 
-def _truths():
-    return _TRUTHS[0]
-
-
 def run_case(gpu, trace, load, durations, seed, policies, n_jobs, n_gpus):
-    truth, profiles = _truths().get(gpu)
+    truth, profiles = _TRUTHS[0].get(gpu)
     jobs, source = workload(trace, n_jobs, seed, truth)
     groups = parse_cluster(f"{n_gpus // 4}x4:{gpu}")
     factor = load / offered_load(jobs, n_gpus)

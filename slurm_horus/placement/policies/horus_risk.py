@@ -1,11 +1,12 @@
 """horus-risk: the flagship's candidate rule, pairs decided under prediction uncertainty (issue 13).
 
 Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but a
-cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 48/57 ms CPU p50/p99 (goal 50; ``horus`` 24/27:
-a 1-GPU job is weighed only on the resident classes that may win, :meth:`HorusRisk._best_pair`, a
-multi-GPU job on every feasible GPU), and on ``bench_sim.py`` at load 3 its makespan gain is smaller
-(−26.9 % against −31.2 %; that setup is where ``horus``'s thresholds were chosen). Figures:
-docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
+cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 61–64/73–82 ms CPU p50/p99 (goal 50; ``horus``
+39–45/58–59 in the same runs, 2026-11-29: a 1-GPU job is weighed only on the resident classes that
+may win, :meth:`HorusRisk._best_pair`, a multi-GPU job on every feasible GPU), and on
+``bench_sim.py`` at load 3 its makespan gain is smaller (−26.9 % against −31.2 %; that setup is
+where ``horus``'s thresholds were chosen). Figures: docs/simulator.md, "horus-risk". Run it with
+``--policies horus-risk`` or ``policy = horus-risk``.
 
 Source: this project, combining the SJF queue order and the completion-time test of SJF-BSBF
 (arXiv 2407.13088), the benefit-aware pairing of Horus (TPDS 2022) and Gavel's observation that a
@@ -16,9 +17,10 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 * otherwise a GPU running job ``b`` is weighed for job ``a`` by the **expected benefit** ``B`` of the
   pair: SJF-BSBF's mean completion time of the two when ``a`` waits for ``b`` minus when they share
   (``pair_benefit``, seconds), from the predicted throughputs of both and their expected durations;
-* with ``queue`` (off by default: the cross-validation at 600 jobs leaves it off), ``B`` also counts the jobs queued behind: sharing frees the GPU ``D`` seconds
-  sooner than the job waiting for the resident would (``D`` = e_b + E_a − the later one's end when
-  they share; negative for a pair that does less than one job's work), and each of the q GPUs' worth
+* with ``queue`` (off by default: the cross-validation at 600 jobs leaves it off), ``B`` also
+  counts the jobs queued behind: sharing frees the GPU ``D`` seconds sooner than the job waiting
+  for the resident would (``D`` = e_b + E_a − the later one's end when they share; negative
+  for a pair that does less than one job's work), and each of the q GPUs' worth
   of jobs queued per GPU of the cluster starts that much sooner: ``B`` + ½·q·D (:func:`_benefit`; per
   job of the pair, so that an empty queue is SJF-BSBF's test exactly);
 * every input carries its spread: the pair values by where they came from (``PairTable.sigma``:
