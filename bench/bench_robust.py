@@ -24,6 +24,11 @@ knowledge: true pair matrix and true durations). Acceptance clauses, with estima
 ``jct``: horus's mean JCT ≤ the best other's; ``makespan``: horus's makespan ≤ 1.02 × sjf-bsbf's;
 ``gain``: horus takes ≥ 0.8 of the oracle's mean-JCT gain over slurm-default.
 
+Knowledge split (``--knowledge``): per case the chosen variant also runs told, through the explicit
+oracle options every policy takes in the simulator, the true pair matrix (``oracle_pairs=true``), the
+true durations (``oracle_durations=true``) or both; the summary gives per truth its median JCT ratio to
+the best other policy and its JCT-clause count with each kind of knowledge. Nothing is chosen on it.
+
 Cross-validation: horus's remaining parameters are chosen among ``--variants`` on the *tuning
 family* only (``--tune-truth`` × ``--tune-trace``, every load and seed, estimated durations), by the
 mean over those runs of log(horus's mean JCT / the best other's) plus, where horus's makespan is over
@@ -62,6 +67,10 @@ VARIANTS = ",".join(f"horus-risk/risk={r}/explore_budget={b}/guard={g}/calibrate
                     for r in (0.25, 0.5) for b in (8, 64) for g in (0, 0.8) for c in (0, 3, 10) for q in (0, 1))
 TRUTHS = ("v100", "p100", "rtx3090")
 TRACES = ("philly-1gpu", "philly-mix", "gavel-msr")
+# --knowledge: the chosen variant again, told one kind of knowledge it lacks (explicit oracle options,
+# simulator only): which missing knowledge costs the judged cases what
+KNOWLEDGE = {"true_pairs": "oracle_pairs=true", "true_durations": "oracle_durations=true",
+             "both": "oracle_pairs=true/oracle_durations=true"}
 
 
 class Truths:
@@ -197,18 +206,27 @@ def cross_validate(args, loads, seeds, variants):
     return tuned, chosen
 
 
+def told(chosen):
+    """The chosen variant told, through the explicit oracle options, what it would otherwise
+    predict or estimate (``--knowledge``): name -> policy spec."""
+    return {name: f"{chosen}/{options}" for name, options in KNOWLEDGE.items()}
+
+
 def score_everywhere(args, loads, seeds, chosen):
     """The chosen variant on every case: one judged row per case."""
     keys = [(gpu, trace, load, durations, seed) for gpu in args.truths.split(",")
             for trace in args.traces.split(",") for load in loads
             for durations in args.durations.split(",") for seed in seeds]
-    tasks = [key + (OTHERS + ["oracle", chosen], args.jobs, args.gpus) for key in keys]
+    extra = told(chosen) if args.knowledge else {}
+    tasks = [key + (OTHERS + ["oracle", chosen] + list(extra.values()), args.jobs, args.gpus) for key in keys]
     cases = []
     for (gpu, trace, load, durations, seed), (summary, source) in zip(keys, run_cases(tasks, args.workers)):
         row = {"truth": gpu, "trace": trace, "source": source, "load": load,
                "durations": durations, "seed": seed,
                "tuning_family": gpu == args.tune_truth and trace == args.tune_trace}
         row.update(judge(summary, chosen))
+        if extra:
+            row["horus_jct_told"] = {name: summary[spec]["mean_jct"] for name, spec in extra.items()}
         cases.append(row)
         print(_line(row), file=sys.stderr)
     return cases
@@ -227,6 +245,9 @@ def main():
     parser.add_argument("--tune-truth", default="v100")
     parser.add_argument("--tune-trace", default="philly-1gpu")
     parser.add_argument("--tune-only", action="store_true", help="stop after choosing the variant")
+    parser.add_argument("--knowledge", action="store_true",
+                        help="also run the chosen variant told the true pairs, the true durations and both "
+                             "(explicit oracle options): the summary's knowledge split")
     parser.add_argument("--workers", type=int, default=1,
                         help="processes running cases side by side (results do not depend on it)")
     args = parser.parse_args()
@@ -256,6 +277,8 @@ def main():
                # budget per GPU type): what a site pays to learn a new GPU type
                "explored_jobs_median": _median([c["horus_explored"] for c in judged]),
                "explored_jobs_max": max((c["horus_explored"] for c in judged), default=None)}
+    if args.knowledge:
+        summary["knowledge"] = knowledge_split(judged)
     print(json.dumps(summary), file=sys.stderr)
     print(json.dumps({"setup": {"jobs": args.jobs, "gpus": args.gpus, "loads": loads, "seeds": seeds},
                       "cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace,
@@ -263,6 +286,28 @@ def main():
                                            "variants_score": tuned, "chosen": chosen,
                                            "judged_on": "every other truth × trace; summary: estimated durations"},
                       "summary": summary, "cases": cases, "seconds": round(time.time() - started, 1)}, indent=2))
+
+
+def knowledge_split(judged):
+    """Per truth, over the judged cases (estimated durations): the median ratio of the chosen
+    variant's mean JCT to the best other policy's, and how many cases meet the JCT clause, as it
+    runs (``learned``: predicted pairs it learns over, estimated durations) and told the true pairs,
+    the true durations, or both (``--knowledge``)."""
+    out = {}
+    for truth in sorted({c["truth"] for c in judged}):
+        rows = [c for c in judged if c["truth"] == truth and "horus_jct_told" in c]
+        if not rows:
+            continue
+        jcts = {"learned": [c["horus_jct"] for c in rows]}
+        for name in KNOWLEDGE:
+            jcts[name] = [c["horus_jct_told"][name] for c in rows]
+        best = [c["best_other_jct"] for c in rows]
+        out[truth] = {"cases": len(rows)}
+        for name, values in jcts.items():
+            ratios = [v / b for v, b in zip(values, best)]
+            out[truth][name] = {"median_jct_vs_best_other": _median(ratios),
+                                "jct_ok": sum(r <= 1 + 1e-9 for r in ratios)}
+    return out
 
 
 def _median(values):

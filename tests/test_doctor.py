@@ -70,6 +70,7 @@ def test_kept_jobs_horusd_does_not_count_or_a_silent_horusd_are_named(tmp_path):
     ({"policy": "nosuch"}, "unknown policy 'nosuch'"),
     ({"policy": "horus/min_tput=abc"}, "policy 'horus/min_tput=abc'"),
     ({"policy": "horus/no_such_option=1"}, "unknown option 'no_such_option'"),
+    ({"policy": "horus-risk/oracle_pairs=true"}, "oracle_pairs read the simulator's truth"),
     ({"tcp": "nohost"}, "tcp: expected host:port"),
 ])
 def test_doctor_refuses_what_serve_refuses(tmp_path, settings, says):

@@ -152,6 +152,12 @@ def test_simulate_estimates_durations_by_default_and_oracle_only_when_asked(tmp_
     assert told["durations"]["mode"] == "oracle" and told["policies"]["sjf"]["duration_mare"] == 0
     assert told["policies"]["oracle"] == {**est["policies"]["oracle"]}  # the oracle knew them anyway
     assert told["policies"]["sjf"]["mean_jct"] != est["policies"]["sjf"]["mean_jct"]
+    # one policy told the true durations by its explicit oracle option; the others still estimate
+    output, one = _run(["--trace", str(trace), "--cluster", "1x2:v100", "--policy", "sjf,sjf/oracle_durations=true"],
+                       tmp_path)
+    assert one["durations"]["true_durations"] == ["sjf/oracle_durations=true"] and "true durations: sjf/" in output
+    assert one["policies"]["sjf"] == est["policies"]["sjf"]
+    assert one["policies"]["sjf/oracle_durations=true"]["mean_jct"] == told["policies"]["sjf"]["mean_jct"]
 
 
 def test_time_limits_cap_the_estimates(tmp_path):

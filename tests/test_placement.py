@@ -427,6 +427,36 @@ def test_oracle_ignores_observations():
     assert policy.pairs.tput("v100", "n", "a") == pytest.approx(0.9)
 
 
+def test_oracle_options_tell_any_policy_the_truth_in_the_simulator_only():
+    """``oracle_pairs`` / ``oracle_durations``: explicit, per policy, refused without the truth."""
+    from slurm_horus.placement.policies import reads_truth
+
+    state = cluster(1, 1)
+    truth, predicted = TablePredictor({("n", "a"): 0.2}, default=0.9), TablePredictor(default=0.9)
+    models = PolicyModels(state.classes, lambda kind: predicted, truth=truth)
+    told = make_policy("horus-risk/oracle_pairs=true/risk=0.5", models)
+    assert told.risk == 0.5 and told.pairs.tput("v100", "n", "a") == pytest.approx(0.2)  # the truth's value
+    assert not told.perfect_knowledge  # durations still estimated
+    told.observe("v100", "n", "a", 0.8)  # the truth is not learned over
+    assert told.pairs.tput("v100", "n", "a") == pytest.approx(0.2) and told.pairs.sigma("v100").max() == 0
+    plain = make_policy("horus-risk", models)
+    assert plain.pairs.tput("v100", "n", "a") == pytest.approx(0.9)  # the prediction
+    both = make_policy("sjf-bsbf/oracle_pairs=yes/oracle_durations=true", models)
+    assert both.perfect_knowledge and both.pairs.tput("v100", "n", "a") == pytest.approx(0.2)
+    assert not make_policy("sjf/oracle_durations=false", models).perfect_knowledge
+    live = PolicyModels(state.classes, lambda kind: predicted)  # horusd's: no truth
+    for spec in ("horus-risk/oracle_pairs=true", "sjf/oracle_durations=1"):
+        with pytest.raises(ValueError, match="truth; horusd cannot run it live"):
+            make_policy(spec, live)
+        assert reads_truth(spec)
+    with pytest.raises(ValueError, match="oracle_pairs: 'maybe' is not true or false"):
+        make_policy("horus/oracle_pairs=maybe", models)
+    with pytest.raises(ValueError, match="option require_benefit: 'maybe' is not true or false"):
+        make_policy("horus/require_benefit=maybe", models)  # every yes/no option is read the same way
+    assert make_policy("sjf/oracle_durations=off", live).name == "sjf"
+    assert not reads_truth("horus-risk/oracle_pairs=false") and reads_truth("oracle/guard=0")
+
+
 def test_pair_table_grows_with_new_classes():
     state = cluster()
     table = PairTable(TablePredictor({("a", "b"): 0.7}), state.classes)

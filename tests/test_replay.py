@@ -91,6 +91,7 @@ def test_bad_input_gives_one_line(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("submit_time,duration,num_gpus\n0,60,1\n")
     for args, words in ((["--cluster", "2"], "NODESxGPUS"), (["--policy", "oracle"], "oracle"),
+                        (["--policy", "horus,horus-risk/oracle_pairs=true"], "horus-risk/oracle_pairs=true"),
                         (["--speedup", "0"], "speedup")):
         result = subprocess.run(HORUS + ["replay", "--trace", str(trace), *args], capture_output=True, text=True,
                                 timeout=60)

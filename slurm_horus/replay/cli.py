@@ -66,6 +66,7 @@ def replay_command(trace_path, trace_format, truth, cluster, policies, speedup, 
                    history_dir, work_dir, json_out, report):
     """Replay a trace on real Slurm (one local cluster per policy) with fake GPU jobs that slow down as
     the truth says; figures from sacct next to the simulator's."""
+    from ..placement.policies import reads_truth
     from ..sim.run import prepare_trace
     from ..sim.traces import read_trace
     from ..sim.truth import load_truth
@@ -78,8 +79,10 @@ def replay_command(trace_path, trace_format, truth, cluster, policies, speedup, 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
         raise InputError("--policy: no policy given")
-    if "oracle" in [n.split("/")[0] for n in names]:
-        raise InputError("--policy oracle: the oracle reads the truth; horusd cannot run it live")
+    for name in names:
+        if reads_truth(name):
+            raise InputError(f"--policy {name}: it reads the simulator's truth (the oracle, or an oracle_* "
+                             f"option); horusd cannot run it live")
     jobs = read_trace(trace_path, trace_format, solo_tput=lambda cls: truth_model.solo_tput(cls, gpu_type))
     if single_gpu:
         jobs = [j for j in jobs if j.num_gpus == 1]

@@ -87,12 +87,24 @@ def parse_policy_name(spec: str) -> Tuple[str, Dict[str, str]]:
     return parts[0].strip(), options
 
 
+def _true(value: str) -> bool:
+    word = str(value).strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
+
 def _coerce(policy_cls, options: Dict[str, str]) -> Dict[str, object]:
     out = {}
     for key, value in options.items():
         current = getattr(policy_cls, key, None)
         if isinstance(current, bool):
-            out[key] = value.lower() in ("1", "true", "yes", "on")
+            try:
+                out[key] = _true(value)
+            except ValueError as exc:
+                raise ValueError(f"option {key}: {exc}") from None
         elif isinstance(current, (int, float)) and not isinstance(current, bool):
             out[key] = type(current)(float(value)) if isinstance(current, int) else float(value)
         else:
@@ -100,9 +112,63 @@ def _coerce(policy_cls, options: Dict[str, str]) -> Dict[str, object]:
     return out
 
 
-def make_policy(spec: str, models: PolicyModels):
-    """Build the policy named by ``spec`` (``name`` or ``name/key=value/...``)."""
+# explicit oracle options, any policy, simulator only: what the policy is told instead of what it would
+# predict or estimate; bench_robust.py's knowledge split reads them (which missing knowledge costs what)
+ORACLE_OPTIONS = {
+    "oracle_pairs": "the simulator's true pair matrix instead of the predictions (and no learning)",
+    "oracle_durations": "the trace's true durations instead of the estimates",
+}
+
+
+def reads_truth(spec: str) -> bool:
+    """Whether the policy ``spec`` reads the simulator's truth (``oracle``, or an :data:`ORACLE_OPTIONS`
+    option set): no live cluster can run it."""
     name, raw = parse_policy_name(spec)
+    try:
+        return name == "oracle" or any(_true(raw[key]) for key in ORACLE_OPTIONS if key in raw)
+    except ValueError:
+        return True  # make_policy says what is wrong with it
+
+
+class _TruePairs:
+    """``models`` whose pair tables are the simulator's truth (``oracle_pairs``): exact, never learning."""
+
+    def __init__(self, models: PolicyModels):
+        self._models = models
+
+    def __getattr__(self, name):
+        return getattr(self._models, name)
+
+    def pairs(self, kind: Optional[str] = None, learn: bool = True) -> PairTable:
+        return PairTable(self._models.truth, self._models.classes, learn=False, exact=True)
+
+
+def make_policy(spec: str, models: PolicyModels):
+    """Build the policy named by ``spec`` (``name`` or ``name/key=value/...``).
+
+    Every policy also takes the explicit oracle options :data:`ORACLE_OPTIONS` (simulator only: they
+    need its truth): ``oracle_pairs=true`` gives it the true pair matrix, ``oracle_durations=true`` the
+    trace's true durations, so that what each kind of knowledge is worth can be measured apart."""
+    name, raw = parse_policy_name(spec)
+    told = {}
+    for key in ORACLE_OPTIONS:
+        if key in raw:
+            try:
+                told[key] = _true(raw.pop(key))
+            except ValueError as exc:
+                raise ValueError(f"policy {name}: {key}: {exc}") from None
+    if any(told.values()) and models.truth is None:
+        raise ValueError(f"policy {spec}: {', '.join(k for k, v in told.items() if v)} read the simulator's "
+                         f"truth; horusd cannot run it live")
+    if told.get("oracle_pairs"):
+        models = _TruePairs(models)
+    policy = _make_policy(name, raw, models)
+    if told.get("oracle_durations"):
+        policy.perfect_knowledge = True
+    return policy
+
+
+def _make_policy(name: str, raw: Dict[str, str], models: PolicyModels):
     if name == "slurm-default":
         return SlurmDefault(**_coerce(SlurmDefault, raw))
     if name == "sjf":
@@ -146,5 +212,6 @@ def make_policy(spec: str, models: PolicyModels):
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES + ('deepboot-nolend',))})")
 
 
-__all__ = ["POLICY_NAMES", "PolicyModels", "make_policy", "parse_policy_name", "SlurmDefault", "SJF",
-           "SJFFFS", "SJFBSBF", "HorusUtil", "IaspIapp", "DeepBoot", "Oracle", "Horus", "HorusRisk"]
+__all__ = ["POLICY_NAMES", "ORACLE_OPTIONS", "PolicyModels", "make_policy", "reads_truth", "parse_policy_name",
+           "SlurmDefault", "SJF", "SJFFFS", "SJFBSBF", "HorusUtil", "IaspIapp", "DeepBoot", "Oracle", "Horus",
+           "HorusRisk"]
