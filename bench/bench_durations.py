@@ -31,7 +31,7 @@ from slurm_horus.placement.duration import (DurationEstimator, DurationSettings,
 from slurm_horus.sim.traces import read_trace  # noqa: E402
 from slurm_horus.sim.truth import load_truth  # noqa: E402
 
-KEEP = ("spread_scale_80", "mare", "median_log_ratio", "within_2x", "rank_corr", "coverage_80", "sources")
+KEEP = ("spread_scale_80", "mare", "median_log_ratio", "within_2x", "rank_corr", "coverage_80", "sources", "order")
 
 
 def gavel_msr(seeds):
@@ -110,11 +110,17 @@ def main():
     out["tuning"]["default"] = next((r for r in out["tuning"]["runs"] if r["recent"] == default.recent
                                      and r["min_runs"] == default.min_runs
                                      and r["levels"] == ">".join(default.levels)), None)
+    # the levels' order: measured per history (default) or fixed, on both sets
+    fixed = DurationSettings(adaptive=False)
+    out["tuning"]["order"] = {"measured (default)": summary(score_gavel(gavel, default)),
+                              "fixed": summary(score_gavel(gavel, fixed))}
+    print(json.dumps({"tuning order": out["tuning"]["order"]}), file=sys.stderr)
     for label, random_classes in (("philly (user = VC, no class)", False),
                                   ("philly (user = VC, simulator's random classes)", True)):
         jobs = philly(random_classes)
         errors, _ = replay_errors(jobs, default)
         out["report"][label] = summary(errors)
+        out["report"][label + ", levels in the fixed order"] = summary(replay_errors(jobs, fixed)[0])
         print(json.dumps({label: out["report"][label]}), file=sys.stderr)
     # references on the same jobs: the site-wide median of the last 10 runs, and one constant guess
     jobs = philly(False)

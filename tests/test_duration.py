@@ -2,12 +2,13 @@
 
 import json
 import math
+import re
 
 import pytest
 from click.testing import CliRunner
 
 from slurm_horus.placement import JobRequest
-from slurm_horus.placement.duration import (DurationEstimate, DurationEstimator, DurationSettings,
+from slurm_horus.placement.duration import (LEVELS, DurationEstimate, DurationEstimator, DurationSettings,
                                             estimate_errors, estimator_from_records, replay_errors)
 from slurm_horus.resources import package_data_path
 from slurm_horus.sim.cli import simulate
@@ -43,6 +44,37 @@ def test_capped_by_the_time_limit_and_fallbacks_without_history():
     assert capped.seconds == 600.0 and capped.source == "user+class" and capped.high <= 600.0
     assert est.estimate("u", "c", time_limit=3600.0).seconds == 900.0
     assert est.estimate_request(JobRequest("1", "c", user="u", time_limit=300.0)).seconds == 300.0
+
+
+def test_levels_are_tried_in_the_order_of_their_measured_error():
+    """A class that says nothing of run times (drawn at random, as the simulator's classes of a
+    Philly job) falls behind the user once each has estimated ``min_scored`` finished jobs; where the
+    class decides the run time it stays first. Without ``adaptive`` the order never moves."""
+    import numpy as np
+
+    def feed(settings, class_decides):
+        rng = np.random.default_rng(3)
+        est = DurationEstimator(settings)
+        for _ in range(300):
+            user, cls = f"u{rng.integers(4)}", f"c{rng.integers(6)}"
+            base = 100.0 * 3 ** int((cls if class_decides else user)[1:])
+            est.observe(user, cls, float(base * rng.lognormal(0.0, 0.3)))
+        return est
+
+    noisy = feed(DurationSettings(), class_decides=False)
+    assert noisy.order.index("user") < noisy.order.index("class") and noisy.order[0] == "user"
+    scores = noisy.level_scores()
+    assert scores["user"] > scores["user+class"] > scores["class"] and scores["order"].startswith("user >")
+    assert noisy.estimate("u2", "c5").source == "user" and noisy.reorders >= 1
+    assert noisy.estimate("u2", "c5").seconds == pytest.approx(900.0, rel=0.4)  # the user's, not the class's
+    informative = feed(DurationSettings(), class_decides=True)
+    assert informative.order.index("class") < informative.order.index("user")
+    fixed = feed(DurationSettings(adaptive=False), class_decides=False)
+    assert fixed.order == LEVELS and fixed.reorders == 0 and fixed.estimate("u2", "c5").source == "user+class"
+    late = feed(DurationSettings(min_scored=10_000), class_decides=False)
+    assert late.order == LEVELS  # too few estimates scored to move anything
+    with pytest.raises(ValueError):
+        DurationSettings(min_scored=0)
 
 
 def test_recent_runs_only_and_min_runs():
@@ -146,6 +178,8 @@ def test_simulate_estimates_durations_by_default_and_oracle_only_when_asked(tmp_
     assert sjf["estimator"]["mean_abs_rel_error"] > 0  # the first jobs started on the default guess
     assert est["policies"]["oracle"]["durations"] == "oracle" and est["policies"]["oracle"]["duration_mare"] == 0
     assert "dur.err" in output and "exact" in output
+    assert re.search(r"levels at the end (user\+class|class|user|site)( > (user\+class|class|user|site)){3}", output)
+    assert len(sjf["estimator"]["order"].split(" > ")) == 4
     sources = est["policies"]["sjf"]["estimator"]["sources"]
     assert sources.get("default", 0) > 0 and sources.get("user+class", 0) > 0  # learned as jobs ended
     _, told = _run(base + ["--durations", "oracle"], tmp_path)
@@ -228,3 +262,4 @@ def test_waiting_jobs_keep_the_current_estimate_and_their_queue_place():
             assert req.duration_sigma == estimator.seconds_spread(req.user, req.job_class, req.time_limit)[2]
         assert [r.job_id for r in queue] == [r.job_id for r in sorted(queue, key=SJF().queue_key)]
     assert moved > 50 and len(queue) > 10
+    assert estimator.reorders >= 2  # the levels changed places (every group estimated again) and still equal

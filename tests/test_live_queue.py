@@ -170,7 +170,9 @@ def test_horusd_estimates_run_times_from_its_history_store(clean):
                            for k, (cls, run) in enumerate(runs)], replace=True)
     # horusd feeds its estimator at start, every 5 minutes, and when it reloads
     assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60) == {"ok": True, "reloaded": True}
-    assert protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)["duration_history_jobs"] >= len(runs)
+    pong = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
+    assert pong["duration_history_jobs"] >= len(runs)
+    assert set(pong["duration_order"].split(" > ")) == {"user+class", "class", "user", "site"}
     clean.run(["scancel"] + [str(b) for b in blockers])
     clean.wait_jobs(list(kept.values()), timeout=60)
     log = (clean.root / "log" / "horusd.log").read_text()

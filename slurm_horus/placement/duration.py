@@ -25,9 +25,22 @@ than its past runs do; calibrated so that 80 % of run times fall in [low, high])
 or default) carries ``prior_log_sigma``. ``low`` and ``high`` are the 10th and 90th percentiles of
 that log-normal, both capped by the limit.
 
-Settings (``recent``, ``min_runs``, the level order, ``spread_scale``) were chosen on Gavel's
-``traces_msr`` and the error is reported on Pollux's ``philly.csv`` (``bench/bench_durations.py``;
-figures in ``docs/placement.md``).
+**Which key knows** (``adaptive``, on by default): the order of step 1 is measured, not fixed. Each
+finished job is first estimated by every level that has runs for it, as if it were still waiting, and
+per level the estimator keeps the correlation of the logs of those estimates with the logs of the run
+times (:meth:`DurationEstimator.level_scores`). Once two levels each estimated ``min_scored`` (20)
+finished jobs, they are tried in the order of that correlation, best first, each in one of the places
+those levels hold in ``levels``. A key that says nothing about run times (the simulator draws a Philly
+job's class at random; a site whose classes are coarse) then falls behind one that does (the user),
+where a fixed order would use it whenever the more specific key had no run yet. Correlation, not the
+error size: a level whose estimate never moves (the site's median) has a small error on a uniform
+history but tells no two jobs apart, which is all SJF's order reads. The order is the same for
+horusd (fed from sacct history in end order) and the simulator; horusd's ``ping`` shows it
+(``duration_order``), the simulator's JSON too (``estimator.order``).
+
+Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
+Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``
+(``bench/bench_durations.py``; figures in ``docs/placement.md``).
 
 Pure: no SQLite, no Slurm. :func:`estimator_from_records` takes plain records (the history store's
 ``jobs`` rows as dicts) so that horusd can feed it from sacct-ingested history.
@@ -73,6 +86,10 @@ class DurationSettings:
     prior_log_sigma: float = 1.5  # spread of a fallback; small samples are shrunk toward it
     prior_runs: float = 2.0  # weight of the prior spread, in runs
     spread_scale: float = 1.7  # factor on the spread of a sample (calibration: 80 % inside [low, high])
+    # levels tried in the order of the error each showed on the jobs that finished (module docstring,
+    # "Which key knows"); False: always ``levels``' order
+    adaptive: bool = True
+    min_scored: int = 20  # a level is moved only once it and the one it passes each predicted this many
 
     def __post_init__(self):
         unknown = [lv for lv in self.levels if lv not in LEVELS]
@@ -82,11 +99,16 @@ class DurationSettings:
             raise ValueError("duration settings: need 1 <= min_runs <= recent")
         if not self.default_duration > 0:
             raise ValueError("duration settings: default_duration must be positive")
+        if self.min_scored < 1:
+            raise ValueError("duration settings: min_scored must be at least 1")
 
-    def describe(self) -> str:
-        return (f"median of the last {self.recent} runs of the first of {' > '.join(self.levels)} with "
-                f">= {self.min_runs} runs, capped by the time limit; else the time limit; "
-                f"else {self.default_duration:g} s")
+    def describe(self, order: Optional[Sequence[str]] = None) -> str:
+        levels = " > ".join(order or self.levels)
+        return (f"median of the last {self.recent} runs of the first of {levels} with "
+                f">= {self.min_runs} runs"
+                + (" (this order to start with, then the order in which each level's estimates followed "
+                   "the run times)" if self.adaptive and len(self.levels) > 1 else "")
+                + f", capped by the time limit; else the time limit; else {self.default_duration:g} s")
 
 
 def _key(level: str, user: str, job_class: str):
@@ -107,6 +129,11 @@ class DurationEstimator:
         self._runs: Dict[tuple, Deque[float]] = {}
         self._stats: Dict[tuple, Tuple[float, float, int]] = {}  # key -> (median, log_sigma, n)
         self.observed = 0
+        self.order: Tuple[str, ...] = tuple(self.settings.levels)  # the levels, in the order they are tried
+        self.reorders = 0  # times the order changed (a queue of estimates re-estimates everything then)
+        # per level, over the finished jobs it estimated (x = log of its estimate, y = log run time):
+        # [n, Σx, Σy, Σx², Σy², Σxy], what the correlation of its estimates with the run times needs
+        self._scores: Dict[str, List[float]] = {level: [0, 0.0, 0.0, 0.0, 0.0, 0.0] for level in self.settings.levels}
 
     def observe(self, user: str, job_class: str, run_time: float):
         """A job finished after running ``run_time`` seconds (sacct's Elapsed)."""
@@ -114,15 +141,53 @@ class DurationEstimator:
             return
         self.observed += 1
         recent = self.settings.recent
+        adaptive = self.settings.adaptive
+        log_run = math.log(run_time)
         for level in self.settings.levels:
             key = _key(level, user or "", job_class or "")
             if key is None:
                 continue
+            if adaptive:  # what this level would have said of the job, before it learns the job
+                found = self._sample(key)
+                if found is not None:
+                    x, score = math.log(found[0]), self._scores[level]
+                    score[0] += 1
+                    score[1] += x
+                    score[2] += log_run
+                    score[3] += x * x
+                    score[4] += log_run * log_run
+                    score[5] += x * log_run
             runs = self._runs.get(key)
             if runs is None:
                 runs = self._runs[key] = deque(maxlen=recent)
             runs.append(float(run_time))
             self._stats.pop(key, None)
+        if adaptive:
+            self._reorder()
+
+    def _reorder(self):
+        """Put the levels that estimated enough finished jobs (``min_scored``) in the order of how well
+        their estimates followed the run times (:meth:`level_scores`, best first), each in one of the
+        places those levels hold in ``levels``; the others keep theirs."""
+        levels, least = self.settings.levels, self.settings.min_scored
+        scored = [lv for lv in levels if self._scores[lv][0] >= least]
+        if len(scored) < 2:
+            return
+        corr = {lv: _correlation(self._scores[lv]) for lv in scored}
+        ranked = iter(sorted(scored, key=lambda lv: (-corr[lv], levels.index(lv))))
+        order = tuple(next(ranked) if lv in scored else lv for lv in levels)
+        if order != self.order:
+            self.order = order
+            self.reorders += 1
+
+    def level_scores(self) -> Dict[str, object]:
+        """Per level: the correlation of the logs of its estimates with the logs of the run times, over
+        the finished jobs it estimated before each ended (None: fewer than two), and ``order``, the
+        order the levels are tried in now."""
+        out: Dict[str, object] = {lv: (round(_correlation(sc), 4) if sc[0] >= 2 else None)
+                                  for lv, sc in self._scores.items()}
+        out["order"] = " > ".join(self.order)
+        return out
 
     def _sample(self, key) -> Optional[Tuple[float, float, int]]:
         stats = self._stats.get(key)
@@ -144,7 +209,7 @@ class DurationEstimator:
 
     def _lookup(self, user: str, job_class: str):
         """(level, (median, log_sigma, runs)) of the first history with enough runs, or None."""
-        for level in self.settings.levels:
+        for level in self.order:
             key = _key(level, user or "", job_class or "")
             found = self._sample(key) if key is not None else None
             if found is not None:
@@ -237,7 +302,7 @@ class QueueEstimates:
             by_key.setdefault(self.FALLBACK, set()).add(group)
             return
         user, job_class = group[0], group[1]
-        for level in self.estimator.settings.levels:
+        for level in self.estimator.order:
             key = _key(level, user, job_class)
             if key is not None:
                 by_key.setdefault(key, set()).add(group)
@@ -285,7 +350,10 @@ class QueueEstimates:
     def observe(self, user: str, job_class: str, run_time: float) -> int:
         """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
         estimator = self.estimator
+        reorders = estimator.reorders
         estimator.observe(user, job_class, run_time)
+        if estimator.reorders != reorders:
+            return self._reestimate_all()
         keys = [_key(level, user or "", job_class or "") for level in estimator.settings.levels]
         keys = [k for k in keys if k is not None] + [self.FALLBACK]
         moved = 0
@@ -295,17 +363,50 @@ class QueueEstimates:
                 members = self._groups.get(group)
                 if members is None:
                     continue  # dropped: none of its jobs waits
-                seconds, source, sigma = estimator.seconds_spread(group[0], group[1], group[2])
-                if sigma != self._sigma[group]:
-                    self._respread(group, members, sigma)
-                if seconds != self._seconds[group]:
-                    moved += self._retime(group, members, seconds)
-                    if not members:
-                        del self._groups[group], self._seconds[group], self._sigma[group]
-                        continue
-                # filed under the other keys already, unless it now rests on another level
-                self._index(group, source, only=key if key == _source_key(source, group) else None)
+                found = self._reestimate(group, members)
+                if found is not None:
+                    moved += found[0]
+                    # filed under the other keys already, unless it now rests on another level
+                    self._index(group, found[1], only=key if key == _source_key(found[1], group) else None)
         return moved
+
+    def _reestimate(self, group: tuple, members: set) -> Optional[Tuple[int, str]]:
+        """Estimate ``group`` again and give its waiting jobs the result: (jobs moved, the level the
+        estimate came from), or None when none of its jobs waits any more (the group is dropped)."""
+        seconds, source, sigma = self.estimator.seconds_spread(group[0], group[1], group[2])
+        if sigma != self._sigma[group]:
+            self._respread(group, members, sigma)
+        moved = self._retime(group, members, seconds) if seconds != self._seconds[group] else 0
+        if not members:
+            del self._groups[group], self._seconds[group], self._sigma[group]
+            return None
+        return moved, source
+
+    def _reestimate_all(self) -> int:
+        """The estimator tries its levels in a new order: every group is estimated and filed again."""
+        self._by_key.clear()
+        moved = 0
+        for group in sorted(self._groups, key=_group_order):  # sorted: the same order on every run
+            members = self._groups[group]
+            ids = sorted(members)
+            members.difference_update(j for j, req in zip(ids, self.queue.requests(ids)) if req is None)
+            found = self._reestimate(group, members)
+            if found is not None:
+                moved += found[0]
+                self._index(group, found[1])
+        return moved
+
+
+def _correlation(score: List[float]) -> float:
+    """Pearson correlation from [n, Σx, Σy, Σx², Σy², Σxy]; 0 when either side does not vary (a level
+    whose estimate never moves tells jobs apart no better than none)."""
+    n, sx, sy, sxx, syy, sxy = score
+    if n < 2:
+        return 0.0
+    vx, vy = sxx - sx * sx / n, syy - sy * sy / n
+    if vx <= 1e-12 * max(1.0, sxx) or vy <= 1e-12 * max(1.0, syy):
+        return 0.0
+    return (sxy - sx * sy / n) / math.sqrt(vx * vy)
 
 
 def _group_order(group: tuple):
@@ -426,7 +527,8 @@ def replay_errors(jobs: Iterable[Tuple[float, float, str, str, Optional[float]]]
 
     ``jobs``: (submit time, run time, user, class, time limit or None), any order. A job is
     observed at submit + run time (as if it started at once: queueing delays are not known here).
-    Returns (:func:`estimate_errors` of the replay, the estimates in submission order).
+    Returns (:func:`estimate_errors` of the replay with ``order``, the levels' order at the end; the
+    estimates in submission order).
     """
     import heapq
 
@@ -440,4 +542,6 @@ def replay_errors(jobs: Iterable[Tuple[float, float, str, str, Optional[float]]]
             estimator.observe(u, c, r)
         estimates.append(estimator.estimate(user, cls, limit))
         heapq.heappush(ends, (submit + run, k, user, cls, run))
-    return estimate_errors(estimates, [j[1] for j in ordered]), estimates
+    errors = estimate_errors(estimates, [j[1] for j in ordered])
+    errors["order"] = " > ".join(estimator.order)  # the levels' order at the end of the history
+    return errors, estimates

@@ -213,10 +213,12 @@ def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
     mare = errors.get("mare")
     line = (f"durations: {options.durations}"
             + (" (the trace's)" if options.durations == "oracle" else
-               " (median of recent runs: user+class > class > user > site, capped by the time limit)")
+               " (median of recent runs: user+class > class > user > site to start with, then the order the "
+               "levels' estimates earned, capped by the time limit)")
             + f"; {limits}"
             + (f"; estimator: median abs. relative error {mare:.2f}, rank correlation "
                f"{errors.get('rank_corr') or 0:.2f}" if mare is not None else "")
+            + (f", levels at the end {errors['order']}" if mare is not None and errors.get("order") else "")
             + (f"; true durations: {', '.join(oracles)}" if oracles else ""))
     return {"mode": options.durations, "rule": settings.describe(), "time_limits": limits,
             "default_time_limit": options.time_limit, "default_duration": settings.default_duration,
