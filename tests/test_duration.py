@@ -61,17 +61,18 @@ def test_levels_are_tried_in_the_order_of_their_measured_error():
             est.observe(user, cls, float(base * rng.lognormal(0.0, 0.3)))
         return est
 
-    noisy = feed(DurationSettings(), class_decides=False)
+    assert not DurationSettings().adaptive  # opt-in (its cost under a long queue: docs/placement.md)
+    noisy = feed(DurationSettings(adaptive=True), class_decides=False)
     assert noisy.order.index("user") < noisy.order.index("class") and noisy.order[0] == "user"
     scores = noisy.level_scores()
     assert scores["user"] > scores["user+class"] > scores["class"] and scores["order"].startswith("user >")
     assert noisy.estimate("u2", "c5").source == "user" and noisy.reorders >= 1
     assert noisy.estimate("u2", "c5").seconds == pytest.approx(900.0, rel=0.4)  # the user's, not the class's
-    informative = feed(DurationSettings(), class_decides=True)
+    informative = feed(DurationSettings(adaptive=True), class_decides=True)
     assert informative.order.index("class") < informative.order.index("user")
     fixed = feed(DurationSettings(adaptive=False), class_decides=False)
     assert fixed.order == LEVELS and fixed.reorders == 0 and fixed.estimate("u2", "c5").source == "user+class"
-    late = feed(DurationSettings(min_scored=10_000), class_decides=False)
+    late = feed(DurationSettings(adaptive=True, min_scored=10_000), class_decides=False)
     assert late.order == LEVELS  # too few estimates scored to move anything
     with pytest.raises(ValueError):
         DurationSettings(min_scored=0)
@@ -179,7 +180,9 @@ def test_simulate_estimates_durations_by_default_and_oracle_only_when_asked(tmp_
     assert est["policies"]["oracle"]["durations"] == "oracle" and est["policies"]["oracle"]["duration_mare"] == 0
     assert "dur.err" in output and "exact" in output
     assert re.search(r"levels at the end (user\+class|class|user|site)( > (user\+class|class|user|site)){3}", output)
-    assert len(sjf["estimator"]["order"].split(" > ")) == 4
+    assert len(sjf["estimator"]["order"].split(" > ")) == 4 and "to start with" not in output
+    measured, _ = _run(base + ["--duration-levels", "measured"], tmp_path)
+    assert "to start with, then the order the levels' estimates earned" in measured
     sources = est["policies"]["sjf"]["estimator"]["sources"]
     assert sources.get("default", 0) > 0 and sources.get("user+class", 0) > 0  # learned as jobs ended
     _, told = _run(base + ["--durations", "oracle"], tmp_path)
@@ -242,7 +245,7 @@ def test_waiting_jobs_keep_the_current_estimate_and_their_queue_place():
     from slurm_horus.placement.policies import SJF
 
     rng = np.random.default_rng(11)
-    estimator = DurationEstimator(DurationSettings(recent=3))
+    estimator = DurationEstimator(DurationSettings(recent=3, adaptive=True))
     queue = PendingQueue(SJF())
     tracker = QueueEstimates(estimator, queue)
     users, classes = ["u0", "u1", "u2", ""], ["a", "b", "c", ""]

@@ -25,7 +25,8 @@ than its past runs do; calibrated so that 80 % of run times fall in [low, high])
 or default) carries ``prior_log_sigma``. ``low`` and ``high`` are the 10th and 90th percentiles of
 that log-normal, both capped by the limit.
 
-**Which key knows** (``adaptive``, on by default): the order of step 1 is measured, not fixed. Each
+**Which key knows** (``adaptive``, off by default; ``horus simulate --duration-levels measured``): the
+order of step 1 is measured, not fixed. Each
 finished job is first estimated by every level that has runs for it, as if it were still waiting, and
 per level the estimator keeps the correlation of the logs of those estimates with the logs of the run
 times (:meth:`DurationEstimator.level_scores`). Once two levels each estimated ``min_scored`` (20)
@@ -36,7 +37,10 @@ where a fixed order would use it whenever the more specific key had no run yet. 
 error size: a level whose estimate never moves (the site's median) has a small error on a uniform
 history but tells no two jobs apart, which is all SJF's order reads. The order is the same for
 horusd (fed from sacct history in end order) and the simulator; horusd's ``ping`` shows it
-(``duration_order``), the simulator's JSON too (``estimator.order``).
+(``duration_order``), the simulator's JSON too (``estimator.order``). Off by default for its cost in
+the simulator under a long queue: once the user's level comes first, each end of a user's job
+re-estimates every waiting job of that user (:class:`QueueEstimates`), and the 82k-job loaded run of
+``bench_speed.py`` takes 174 s instead of 30 s with ``slurm-default`` (docs/placement.md).
 
 Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
 Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``
@@ -86,9 +90,9 @@ class DurationSettings:
     prior_log_sigma: float = 1.5  # spread of a fallback; small samples are shrunk toward it
     prior_runs: float = 2.0  # weight of the prior spread, in runs
     spread_scale: float = 1.7  # factor on the spread of a sample (calibration: 80 % inside [low, high])
-    # levels tried in the order of the error each showed on the jobs that finished (module docstring,
-    # "Which key knows"); False: always ``levels``' order
-    adaptive: bool = True
+    # True: levels tried in the order their estimates earned on the jobs that finished (module
+    # docstring, "Which key knows"); False (default): always ``levels``' order
+    adaptive: bool = False
     min_scored: int = 20  # a level is moved only once it and the one it passes each predicted this many
 
     def __post_init__(self):

@@ -110,6 +110,9 @@ def text_table(rows) -> str:
                    "(caps the estimates; not enforced)")
 @click.option("--default-duration", default=3600.0, show_default=True, type=float,
               help="estimate (s) for a job with no time limit before any job has finished")
+@click.option("--duration-levels", type=click.Choice(["fixed", "measured"]), default="fixed", show_default=True,
+              help="the order the duration estimator tries its histories in: fixed (user+class > class > user > "
+                   "site) or measured (by how well each level's estimates followed the run times)")
 @click.option("--slowdown-limit", default=None, type=float,
               help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
@@ -126,8 +129,8 @@ def text_table(rows) -> str:
 @click.option("--gpu-memory-mb", "gpu_memory", multiple=True, metavar="MODEL=MB",
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
-             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, slowdown_limit, json_out,
-             jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace, shuffle_seed, gpu_memory):
+             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, duration_levels, slowdown_limit,
+             json_out, jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace, shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
@@ -150,7 +153,7 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
         raise InputError("--inflate must be positive")
     if inflate_keep_trace and not inflate:
         raise InputError("--inflate-keep-trace goes with --inflate")
-    settings = DurationSettings(default_duration=default_duration)
+    settings = DurationSettings(default_duration=default_duration, adaptive=duration_levels == "measured")
     options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
                          max_slowdown=slowdown_limit)
     truth_model = load_truth(truth, profiles)
@@ -213,8 +216,9 @@ def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
     mare = errors.get("mare")
     line = (f"durations: {options.durations}"
             + (" (the trace's)" if options.durations == "oracle" else
-               " (median of recent runs: user+class > class > user > site to start with, then the order the "
-               "levels' estimates earned, capped by the time limit)")
+               " (median of recent runs: user+class > class > user > site"
+               + (" to start with, then the order the levels' estimates earned" if settings.adaptive else "")
+               + ", capped by the time limit)")
             + f"; {limits}"
             + (f"; estimator: median abs. relative error {mare:.2f}, rank correlation "
                f"{errors.get('rank_corr') or 0:.2f}" if mare is not None else "")

@@ -1,10 +1,10 @@
 """horus-risk: the flagship's candidate rule, pairs decided under prediction uncertainty (issue 13).
 
 Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but a
-cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 53–60/75–76 ms CPU p50/p99 (goal 50; ``horus``
+cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 51–57/76–82 ms CPU p50/p99 (goal 50; ``horus``
 32/49–52 in the same runs, 2026-11-29: a 1-GPU job is weighed only on the resident classes that
 may win, :meth:`HorusRisk._best_pair`, a multi-GPU job on every feasible GPU), and on
-``bench_sim.py`` at load 3 its makespan gain is smaller (−25.9 % against −29.9 %, seed 0,
+``bench_sim.py`` at load 3 its makespan gain is smaller (−26.9 % against −31.2 %, seed 0,
 estimated durations; that setup is where ``horus``'s thresholds were chosen). Figures:
 docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
 
@@ -42,7 +42,7 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
   of each class that the measured pairs show (``calibrate``, the shrinkage, ``PairTable.calibrate``:
   collaborative filtering's bias terms; a new GPU type is learned from a few pairs per class, not one
   pair at a time; 0: off);
-* makespan guard (``guard`` 0.8 by default; 0: off): once the queue asks for at most ``guard_queue`` GPUs per
+* makespan guard (off unless ``guard`` > 0): once the queue asks for at most ``guard_queue`` GPUs per
   GPU, a job predicted to run longer than ``guard`` × the predicted time to drain the cluster starts
   first;
 * fractional requests (``gpu_units``: shards, milli-GPU), CPU-only ones, and whole GPUs asked
@@ -123,7 +123,7 @@ def _weighed(e_a, e_b, jt, rt, sj, sr, s_d, k, busy, q=0.0):
 
 class HorusRisk(Horus):
     """``horus`` with its pairing thresholds replaced by the benefit-net-of-risk test; the queue order,
-    the makespan guard, fractions of a GPU and CPU-only jobs are ``horus``'s."""
+    the makespan guard (off by default here), fractions of a GPU and CPU-only jobs are ``horus``'s."""
 
     name = "horus-risk"
     share = True
@@ -131,10 +131,10 @@ class HorusRisk(Horus):
     order_rule = "sjf"
     uses_duration = True
     risk = 0.25  # standard deviations of the benefit a pair must clear (cross-validated: bench_robust)
-    explore_budget = 8  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
+    explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
-    guard = 0.8  # makespan guard (see the docstring; cross-validated: on); 0: off
+    guard = 0.0  # makespan guard (see the docstring); 0: off
     guard_queue = 2.0
     frag_tolerance = 0.0  # milli-GPU: fragmentation increases this close to the least count as equal
     queue = 0.0  # the benefit counts the jobs queued behind (_benefit; cross-validated: off); 0: the pair only
