@@ -25,22 +25,22 @@ than its past runs do; calibrated so that 80 % of run times fall in [low, high])
 or default) carries ``prior_log_sigma``. ``low`` and ``high`` are the 10th and 90th percentiles of
 that log-normal, both capped by the limit.
 
-**Which key knows** (``adaptive``, off by default; ``horus simulate --duration-levels measured``): the
-order of step 1 is measured, not fixed. Each
-finished job is first estimated by every level that has runs for it, as if it were still waiting, and
-per level the estimator keeps the correlation of the logs of those estimates with the logs of the run
-times (:meth:`DurationEstimator.level_scores`). Once two levels each estimated ``min_scored`` (20)
-finished jobs, they are tried in the order of that correlation, best first, each in one of the places
-those levels hold in ``levels``. A key that says nothing about run times (the simulator draws a Philly
-job's class at random; a site whose classes are coarse) then falls behind one that does (the user),
-where a fixed order would use it whenever the more specific key had no run yet. Correlation, not the
-error size: a level whose estimate never moves (the site's median) has a small error on a uniform
-history but tells no two jobs apart, which is all SJF's order reads. The order is the same for
-horusd (fed from sacct history in end order) and the simulator; horusd's ``ping`` shows it
-(``duration_order``), the simulator's JSON too (``estimator.order``). Off by default for its cost in
-the simulator under a long queue: once the user's level comes first, each end of a user's job
-re-estimates every waiting job of that user (:class:`QueueEstimates`), and the 82k-job loaded run of
-``bench_speed.py`` takes 174 s instead of 30 s with ``slurm-default`` (docs/placement.md).
+**Which key knows** (``adaptive``, off by default; ``horus simulate --duration-levels measured``):
+the order of step 1 is measured, not fixed. Each finished job is first estimated by every level that
+has runs for it, as if it were still waiting, and per level the estimator keeps the correlation of
+the logs of those estimates with the logs of the run times (:meth:`DurationEstimator.level_scores`).
+Once two levels each estimated ``min_scored`` (20) finished jobs, they are tried in the order of
+that correlation, best first, each in one of the places those levels hold in ``levels``. A key that
+says nothing about run times (the simulator draws a Philly job's class at random; a site whose
+classes are coarse) then falls behind one that does (the user), where a fixed order would use it
+whenever the more specific key had no run yet. Correlation, not the error size: a level whose
+estimate never moves (the site's median) has a small error on a uniform history but tells no two
+jobs apart, which is all SJF's order reads. The simulator's JSON shows the order a run ended with
+(``estimator.order``), horusd's ``ping`` the one it uses (``duration_order``; horusd has no setting
+for it yet and keeps the fixed order). Off by default for its cost in the simulator under a long
+queue: once the user's level comes first, each end of a user's job re-estimates every waiting job of
+that user (:class:`QueueEstimates`), and the 82k-job loaded run of ``bench_speed.py`` takes 174 s
+instead of 30 s with ``slurm-default`` (docs/placement.md).
 
 Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
 Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``
@@ -106,9 +106,8 @@ class DurationSettings:
         if self.min_scored < 1:
             raise ValueError("duration settings: min_scored must be at least 1")
 
-    def describe(self, order: Optional[Sequence[str]] = None) -> str:
-        levels = " > ".join(order or self.levels)
-        return (f"median of the last {self.recent} runs of the first of {levels} with "
+    def describe(self) -> str:
+        return (f"median of the last {self.recent} runs of the first of {' > '.join(self.levels)} with "
                 f">= {self.min_runs} runs"
                 + (" (this order to start with, then the order in which each level's estimates followed "
                    "the run times)" if self.adaptive and len(self.levels) > 1 else "")
@@ -137,7 +136,8 @@ class DurationEstimator:
         self.reorders = 0  # times the order changed (a queue of estimates re-estimates everything then)
         # per level, over the finished jobs it estimated (x = log of its estimate, y = log run time):
         # [n, Σx, Σy, Σx², Σy², Σxy], what the correlation of its estimates with the run times needs
-        self._scores: Dict[str, List[float]] = {level: [0, 0.0, 0.0, 0.0, 0.0, 0.0] for level in self.settings.levels}
+        self._scores: Dict[str, List[float]] = {level: [0, 0.0, 0.0, 0.0, 0.0, 0.0]
+                                                for level in self.settings.levels}
 
     def observe(self, user: str, job_class: str, run_time: float):
         """A job finished after running ``run_time`` seconds (sacct's Elapsed)."""
