@@ -14,7 +14,8 @@ from .errors import ConfigError
 DEFAULT_CONFIG_FILE = "/etc/horus/horus.conf"
 
 
-def _parse_bool(text):
+def parse_bool(text):
+    """The project's one reader of a yes/no value (site settings, policy options)."""
     lowered = text.strip().lower()
     if lowered in ("1", "yes", "true", "on"):
         return True
@@ -79,7 +80,7 @@ SETTINGS = {
         Setting("refresh_s", _parse_positive_float, 2.0, "how often horusd re-reads sinfo/squeue"),
         Setting("refit_s", float, 3600.0,
                 "horusd refits the model from the history database this often (seconds; 0: never)"),
-        Setting("offers", _parse_bool, True,
+        Setting("offers", parse_bool, True,
                 "horusd publishes its next placement per job class and job_submit.lua takes one "
                 "without a round trip (no: every GPU job asks horusd)"),
         Setting("max_offer_age_s", _parse_positive_float, 3.0,
@@ -91,9 +92,9 @@ SETTINGS = {
         Setting("breaker_max_open_s", _parse_positive_float, 60.0, "... up to this long"),
         Setting("max_state_age_s", _parse_positive_float, 60.0,
                 "job_submit.lua ignores a decision made on a cluster state older than this"),
-        Setting("handle_exclusive", _parse_bool, False, "job_submit.lua also places --exclusive jobs"),
-        Setting("handle_nodelist", _parse_bool, False, "job_submit.lua also places jobs with --nodelist"),
-        Setting("queue", _parse_bool, True,
+        Setting("handle_exclusive", parse_bool, False, "job_submit.lua also places --exclusive jobs"),
+        Setting("handle_nodelist", parse_bool, False, "job_submit.lua also places jobs with --nodelist"),
+        Setting("queue", parse_bool, True,
                 "horusd keeps the GPU jobs it cannot place at submission and places them itself when "
                 "GPUs free (no: such jobs are left to Slurm)"),
         Setting("lease_s", _parse_positive_float, 30.0,
@@ -104,7 +105,7 @@ SETTINGS = {
         Setting("max_jobs_per_gpu", int, 2, "most jobs that may share one GPU"),
         Setting("slowdown_limit", _parse_positive_float, 1.5,
                 "largest predicted slowdown a job may be given by sharing"),
-        Setting("share_unknown", _parse_bool, False, "may jobs of an unknown class share a GPU"),
+        Setting("share_unknown", parse_bool, False, "may jobs of an unknown class share a GPU"),
         Setting("min_share_confidence", _parse_fraction, 0.0,
                 "only share when the model's answer comes from a source at least this trusted"),
         Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),

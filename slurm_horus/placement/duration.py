@@ -184,13 +184,18 @@ class DurationEstimator:
             self.order = order
             self.reorders += 1
 
+    @property
+    def order_text(self) -> str:
+        """The levels in the order they are tried now, as shown (``user+class > class > user > site``)."""
+        return " > ".join(self.order)
+
     def level_scores(self) -> Dict[str, object]:
         """Per level: the correlation of the logs of its estimates with the logs of the run times, over
         the finished jobs it estimated before each ended (None: fewer than two), and ``order``, the
         order the levels are tried in now."""
         out: Dict[str, object] = {lv: (round(_correlation(sc), 4) if sc[0] >= 2 else None)
                                   for lv, sc in self._scores.items()}
-        out["order"] = " > ".join(self.order)
+        out["order"] = self.order_text
         return out
 
     def _sample(self, key) -> Optional[Tuple[float, float, int]]:
@@ -547,5 +552,5 @@ def replay_errors(jobs: Iterable[Tuple[float, float, str, str, Optional[float]]]
         estimates.append(estimator.estimate(user, cls, limit))
         heapq.heappush(ends, (submit + run, k, user, cls, run))
     errors = estimate_errors(estimates, [j[1] for j in ordered])
-    errors["order"] = " > ".join(estimator.order)  # the levels' order at the end of the history
+    errors["order"] = estimator.order_text  # the levels' order at the end of the history
     return errors, estimates

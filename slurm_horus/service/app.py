@@ -219,7 +219,7 @@ class Horusd:
                     "active": self.active, "controller": self.controller_host, "in_control": self.in_control,
                     "jobs": len(self.placer.state.jobs) if self.placer.state is not None else 0,
                     "duration_history_jobs": self.placer.durations.observed,
-                    "duration_order": " > ".join(self.placer.durations.order),
+                    "duration_order": self.placer.durations.order_text,
                     "ended_notices": self.ended_notices}
         if not self.active and op != "reload":
             if op in ("claim", "left"):

@@ -110,9 +110,10 @@ def text_table(rows) -> str:
                    "(caps the estimates; not enforced)")
 @click.option("--default-duration", default=3600.0, show_default=True, type=float,
               help="estimate (s) for a job with no time limit before any job has finished")
-@click.option("--duration-levels", type=click.Choice(["fixed", "measured"]), default="fixed", show_default=True,
-              help="the order the duration estimator tries its histories in: fixed (user+class > class > user > "
-                   "site) or measured (by how well each level's estimates followed the run times)")
+@click.option("--duration-levels", type=click.Choice(["fixed", "measured"]), default="fixed",
+              show_default=True,
+              help="the order the duration estimator tries its histories in: fixed (user+class > class > "
+                   "user > site) or measured (by how well each level's estimates followed the run times)")
 @click.option("--slowdown-limit", default=None, type=float,
               help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
@@ -129,8 +130,9 @@ def text_table(rows) -> str:
 @click.option("--gpu-memory-mb", "gpu_memory", multiple=True, metavar="MODEL=MB",
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
-             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, duration_levels, slowdown_limit,
-             json_out, jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace, shuffle_seed, gpu_memory):
+             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, duration_levels,
+             slowdown_limit, json_out, jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace,
+             shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions

@@ -243,7 +243,7 @@ class Simulator:
             self.progress(self.done, total)
         estimated = [j for j in self.jobs if j.estimate is not None]
         errors = estimate_errors([j.estimate for j in estimated], [j.trace.duration for j in estimated])
-        errors["order"] = " > ".join(self.estimator.order)  # the levels' order the run ended with
+        errors["order"] = self.estimator.order_text  # the levels' order the run ended with
         return SimResult(self.policy.name, self.jobs, self.state.n_gpus, self.busy_gpu_time,
                          _thin(self.timeline, self.options.max_timeline), self.oom_events, self.preemptions,
                          self.n_observations, start, durations="oracle" if self.true_durations else "estimated",

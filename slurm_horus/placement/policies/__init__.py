@@ -2,6 +2,7 @@
 
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from ...config import parse_bool
 from ...interference.base import Predictor, SoloProfile
 from ...interference.priors import builtin_priors
 from ..pairs import PairTable
@@ -87,13 +88,12 @@ def parse_policy_name(spec: str) -> Tuple[str, Dict[str, str]]:
     return parts[0].strip(), options
 
 
-def _true(value: str) -> bool:
-    word = str(value).strip().lower()
-    if word in ("1", "true", "yes", "on"):
-        return True
-    if word in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"{value!r} is not true or false")
+def _flag(what: str, value) -> bool:
+    """A yes/no policy option (the site settings' reader); ``what`` names it in the error."""
+    try:
+        return parse_bool(str(value))
+    except ValueError:
+        raise ValueError(f"{what}: {value!r} is not true or false") from None
 
 
 def _coerce(policy_cls, options: Dict[str, str]) -> Dict[str, object]:
@@ -101,10 +101,7 @@ def _coerce(policy_cls, options: Dict[str, str]) -> Dict[str, object]:
     for key, value in options.items():
         current = getattr(policy_cls, key, None)
         if isinstance(current, bool):
-            try:
-                out[key] = _true(value)
-            except ValueError as exc:
-                raise ValueError(f"option {key}: {exc}") from None
+            out[key] = _flag(f"option {key}", value)
         elif isinstance(current, (int, float)) and not isinstance(current, bool):
             out[key] = type(current)(float(value)) if isinstance(current, int) else float(value)
         else:
@@ -125,9 +122,14 @@ def reads_truth(spec: str) -> bool:
     option set): no live cluster can run it."""
     name, raw = parse_policy_name(spec)
     try:
-        return name == "oracle" or any(_true(raw[key]) for key in ORACLE_OPTIONS if key in raw)
+        return name == "oracle" or any(_told(name, raw).values())
     except ValueError:
         return True  # make_policy says what is wrong with it
+
+
+def _told(name: str, raw: Dict[str, str]) -> Dict[str, bool]:
+    """The :data:`ORACLE_OPTIONS` in ``raw`` (taken out of it), read as yes/no."""
+    return {key: _flag(f"policy {name}: {key}", raw.pop(key)) for key in ORACLE_OPTIONS if key in raw}
 
 
 class _TruePairs:
@@ -150,13 +152,7 @@ def make_policy(spec: str, models: PolicyModels):
     need its truth): ``oracle_pairs=true`` gives it the true pair matrix, ``oracle_durations=true`` the
     trace's true durations, so that what each kind of knowledge is worth can be measured apart."""
     name, raw = parse_policy_name(spec)
-    told = {}
-    for key in ORACLE_OPTIONS:
-        if key in raw:
-            try:
-                told[key] = _true(raw.pop(key))
-            except ValueError as exc:
-                raise ValueError(f"policy {name}: {key}: {exc}") from None
+    told = _told(name, raw)
     if any(told.values()) and models.truth is None:
         raise ValueError(f"policy {spec}: {', '.join(k for k, v in told.items() if v)} read the simulator's "
                          f"truth; horusd cannot run it live")
@@ -191,7 +187,7 @@ def _make_policy(name: str, raw: Dict[str, str], models: PolicyModels):
     if name in ("deepboot", "deepboot-nolend"):
         options = _coerce(DeepBoot, raw)
         if "lend" in options:
-            options["lend"] = str(options["lend"]).lower() in ("1", "true", "yes", "on")
+            options["lend"] = _flag("option lend", options["lend"])
         if name == "deepboot-nolend":  # the baseline: rigid jobs in their own partition
             options["lend"] = False
             options.setdefault("elastic", False)
