@@ -166,7 +166,15 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
     report = json.loads(horus(["report", "job", str(jobs["alpha_shared"]), "--json"], history_env).stdout)
     assert report["gpu_list"] == ["n2:2"]
     assert [c["job_id"] for c in report["corunners"]] == [jobs["beta_shared"]]
-    assert report["gpus"][0]["mean_sm_util"] == pytest.approx(70, abs=1)
+    # the job's process claims 70 % on every sample it is seen; a sample where Slurm holds the GPU for
+    # the job but its process has not started yet (or has just ended) is an idle 0, and a loaded
+    # machine can catch one at either end of the run, never in the middle
+    gpu = report["gpus"][0]
+    sms = [point[1] for point in gpu["series"]]
+    assert len(sms) == gpu["samples"] and max(sms) == 70
+    inner = sms[1:-1] if len(sms) > 2 else sms
+    assert set(inner) == {70} and set(sms) <= {0, 70}
+    assert gpu["mean_sm_util"] == pytest.approx(sum(sms) / len(sms), abs=0.1)
     idle = json.loads(horus(["report", "job", str(jobs["idle"]), "--json"], history_env).stdout)
     assert idle["gpu_list"] == ["n3:1", "n3:3"] and "idle_gpu" in idle["flags"]
     text = horus(["report", "job", str(jobs["failed"])], history_env).stdout
