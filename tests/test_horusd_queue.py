@@ -276,3 +276,41 @@ def test_horusd_reads_the_run_times_of_the_history_store(tmp_path):
     assert got == [estimator] and estimator.observed == 2
     assert estimator.estimate("u", "lm-bs20").seconds == 500.0
     assert History(str(tmp_path / "nothere" / "x" / "\0bad")).duration_estimator() is None  # unreadable: None
+
+
+def test_duration_levels_site_setting_reaches_horusds_estimator(tmp_path):
+    """``duration_levels = measured``: the estimator horusd feeds from its store tries the history that
+    follows the run times best first (here the user: the class is drawn at random); ``fixed`` (the
+    default) keeps user+class > class > user > site on the same history; another value is an error
+    line that names the setting."""
+    import random
+
+    from slurm_horus.config import load_config
+    from slurm_horus.errors import ConfigError
+    from slurm_horus.service.app import build_placer, duration_settings
+    from slurm_horus.service.history import History
+    from slurm_horus.store.db import open_db
+
+    rng = random.Random(3)
+    rows = []
+    for k in range(300):
+        who, cls = rng.randrange(4), rng.randrange(6)
+        rows.append({"cluster": "c", "job_id": k, "user": f"u{who}", "job_class": f"c{cls}", "state": "COMPLETED",
+                     "elapsed_s": round(100 * 3 ** who * rng.lognormvariate(0, 0.3)), "end_time": 1000 + k,
+                     "n_gpus": 1, "shards": 0})
+    open_db(tmp_path / "h.db")["jobs"].insert_all(rows)
+    site_file = tmp_path / "horus.conf"
+    site_file.write_text("")
+    orders = {}
+    for levels in ("fixed", "measured"):
+        config = load_config(environ={"HORUS_DURATION_LEVELS": levels, "HORUS_DB": str(tmp_path / "h.db")},
+                             path=str(site_file))
+        assert config.duration_levels == levels
+        placer = build_placer(config)
+        assert placer.durations.order_text == "user+class > class > user > site"  # nothing learned yet
+        estimator = History(config.db, duration_settings=duration_settings(config)).duration_estimator()
+        orders[levels] = estimator.order_text
+    assert orders["fixed"] == "user+class > class > user > site"
+    assert orders["measured"].startswith("user >")
+    with pytest.raises(ConfigError, match="duration_levels"):
+        load_config(environ={"HORUS_DURATION_LEVELS": "best"}, path=str(site_file))

@@ -7,6 +7,7 @@ waiting) is bench/bench_live_queue.py.
 """
 
 import os
+import random
 import re
 import signal
 import time
@@ -179,6 +180,30 @@ def test_horusd_estimates_run_times_from_its_history_store(clean):
     expected = {int(j): float(s) for j, s in re.findall(r"decision job=(\d+) .*action=start .*expected_s=(\d+)", log)}
     # resnet18: the median of 30, 40, 50; lm-bs20: the median of 900 and 1500, capped by its 10 minutes
     assert expected.get(kept["resnet18-bs32"]) == 40 and expected.get(kept["lm-bs20"]) == 600, (kept, [line for line in log.splitlines() if "decision" in line or "duration" in line][-12:])
+
+    # duration_levels = measured (the site file, read again at reload): on a history where the user
+    # sets the run time and the class says nothing, horusd tries the user's history before the class's
+    rng = random.Random(3)
+    noisy = []
+    for k in range(300):
+        who, cls = rng.randrange(4), rng.randrange(6)
+        noisy.append({"cluster": "history", "job_id": 9100 + k, "user": f"hist{who}", "job_class": f"c{cls}",
+                      "state": "COMPLETED", "elapsed_s": round(100 * 3 ** who * rng.lognormvariate(0, 0.3)),
+                      "end_time": 2000 + k, "n_gpus": 1, "shards": 0})
+    db["jobs"].insert_all(noisy, replace=True)
+    site_file = clean.horus_config.read_text()
+    try:
+        clean.horus_config.write_text(site_file + "\nduration_levels = measured\n")
+        assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60)["reloaded"]
+        pong = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
+        order = pong["duration_order"].split(" > ")
+        assert order.index("user") < order.index("class"), order  # (fixed: class before user)
+    finally:
+        clean.horus_config.write_text(site_file)
+        db["jobs"].delete_where("cluster = ?", ["history"])
+        assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60)["reloaded"]
+    pong = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
+    assert pong["duration_order"] == "user+class > class > user > site"
 
 
 def test_the_kill_switch_lets_every_kept_job_go_at_once(clean):

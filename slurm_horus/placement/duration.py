@@ -36,8 +36,8 @@ classes are coarse) then falls behind one that does (the user), where a fixed or
 whenever the more specific key had no run yet. Correlation, not the error size: a level whose
 estimate never moves (the site's median) has a small error on a uniform history but tells no two
 jobs apart, which is all SJF's order reads. The simulator's JSON shows the order a run ended with
-(``estimator.order``), horusd's ``ping`` the one it uses (``duration_order``; horusd has no setting
-for it yet and keeps the fixed order). Off by default for its cost in the simulator under a long
+(``estimator.order``), horusd's ``ping`` the one it uses (``duration_order``; the site setting
+``duration_levels = measured`` turns it on there). Off by default for its cost in the simulator under a long
 queue: once the user's level comes first, each end of a user's job re-estimates every waiting job of
 that user (:class:`QueueEstimates`), and the 82k-job loaded run of ``bench_speed.py`` takes 174 s
 instead of 30 s with ``slurm-default`` (docs/placement.md).

@@ -122,10 +122,18 @@ def check_serve_config(config):
             raise HorusError(f"tcp: expected host:port, got {config.tcp!r}")
 
 
+def duration_settings(config):
+    """The duration estimator's settings for the site config (``duration_levels``)."""
+    from ..placement.duration import DurationSettings
+
+    return DurationSettings(adaptive=config.duration_levels == "measured")
+
+
 def build_placer(config, predictor_factory=None, history=None):
     """A Placer for the site config. Models: the newest one stored in the history database when it
     is of the kind a policy asks for (a refit learned the site's own pairs), else the built-in priors."""
     from ..interference import build_model, gpu_memory_mb
+    from ..placement.duration import DurationEstimator
 
     cache = {}
 
@@ -140,6 +148,7 @@ def build_placer(config, predictor_factory=None, history=None):
                     max_jobs_per_gpu=config.max_jobs_per_gpu, share_unknown=config.share_unknown,
                     slowdown_limit=config.slowdown_limit, queue=config.queue,
                     lease_s=min(max(config.lease_s, 5.0), 3600.0))
+    placer.durations = DurationEstimator(duration_settings(config))  # (time limits only until history is read)
     models = PolicyModels(placer.classes, factory)
     try:
         placer.policy = make_policy(config.policy, models)
@@ -169,7 +178,8 @@ class Horusd:
         self._rebuilding = False  # took over, state not read from squeue yet
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
                                on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start(),
-                               is_active=lambda: self.active, on_durations=self.set_durations)
+                               is_active=lambda: self.active, on_durations=self.set_durations,
+                               duration_settings=duration_settings(config))
         self.placer = build_placer(config, predictor_factory, self.history)
         self.durations = None  # the duration estimator fed from the history store (None: not read yet)
         self.frontend = Frontend(self.decide, config.socket, tcp=config.tcp or None, after_reply=self.after_reply)
@@ -470,6 +480,7 @@ class Horusd:
     def _reload(self):
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
+        self.history.duration_settings = duration_settings(config)  # (duration_levels may have changed)
         self.durations = self.history.duration_estimator() or self.durations  # the run times ingested since
         if self.durations is not None:
             placer.set_durations(self.durations)

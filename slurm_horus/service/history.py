@@ -26,7 +26,7 @@ DURATION_JOBS = 20000  # the most recently ended GPU jobs it learns from (it kee
 
 class History:
     def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None, is_active=lambda: True,
-                 on_durations=None, durations_s=DURATIONS_RELOAD_S):
+                 on_durations=None, durations_s=DURATIONS_RELOAD_S, duration_settings=None):
         self.db_path = db_path
         self.is_active = is_active
         self.refit_s = refit_s
@@ -34,6 +34,7 @@ class History:
         self.on_refit = on_refit  # called after a refit stored a new model (horusd reloads)
         self.on_durations = on_durations  # called with a freshly fed DurationEstimator
         self.durations_s = durations_s
+        self.duration_settings = duration_settings  # the estimator's DurationSettings (None: defaults)
         self.pending = queue.Queue(maxsize=10000)
         self.recorded = 0
         self.failed = False
@@ -71,7 +72,7 @@ class History:
         except Exception as exc:
             log.warning("horus: cannot read run times from %s (%s); durations from time limits", self.db_path, exc)
             return None
-        return estimator_from_records(rows)
+        return estimator_from_records(rows, self.duration_settings)
 
     def load_durations(self, db=None):
         """Feed the estimator afresh and hand it over (``on_durations``)."""
