@@ -293,6 +293,31 @@ def test_pending_queue_retime_and_snapshot_copy_on_write():
     assert fifo.get("a").predicted_duration == 50.0
 
 
+def test_which_queues_re_sort_a_job_whose_estimate_moved():
+    """A queue re-keys a re-timed job unless its policy's key is known to read no duration (the
+    FIFO key, or a policy that says so); a policy with a key of its own that says nothing is re-keyed."""
+    from slurm_horus.interference import build_model
+    from slurm_horus.placement import ClassIndex, PolicyModels, make_policy
+    from slurm_horus.placement.framework import Policy, queue_reads_duration
+
+    models = PolicyModels(ClassIndex(), lambda kind: build_model(kind))
+    says = {name: queue_reads_duration(make_policy(name, models)) for name in
+            ("slurm-default", "sjf", "sjf-bsbf", "horus", "horus-util", "deepboot", "iasp-iapp")}
+    assert says == {"slurm-default": False, "sjf": True, "sjf-bsbf": True, "horus": True, "horus-util": False,
+                    "deepboot": False, "iasp-iapp": False}
+
+    class Longest(Policy):  # its own key, nothing said: taken to read the duration
+        def queue_key(self, r):
+            return (-r.expected_duration(), r.job_id)
+
+    assert queue_reads_duration(Longest())
+    queue = PendingQueue(Longest())
+    for job_id, duration in (("a", 10.0), ("b", 20.0)):
+        queue.add(req(job_id, duration))
+    queue.retime(queue.get("a"), 30.0)
+    assert [r.job_id for r in queue] == ["a", "b"] and queue.work == pytest.approx(50.0)
+
+
 def test_a_cycle_stops_walking_when_every_waiting_shape_failed():
     """Once every request shape in the queue has been asked and did not fit, the rest of the walk
     would ask nothing (each job's shape failed): the cycle stops there, with the same answers."""

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from .elastic import Shrink
-from .framework import Policy, SchedulingContext
+from .framework import Policy, SchedulingContext, queue_reads_duration
 from .request import Decision, JobRequest
 from .state import ClusterState
 
@@ -85,6 +85,8 @@ class PendingQueue:
 
     def __init__(self, policy: Policy):
         self.policy = policy
+        # a job's key and shape stay when its estimate moves (FIFO order, no decision reads it)
+        self._fixed_keys = not queue_reads_duration(policy) and not policy.uses_duration
         self._keys: List[tuple] = []  # sorted (policy key, job id); may still hold the keys in _gone
         self._by_size: Dict[tuple, List[tuple]] = {}  # request geometry -> its jobs' keys, sorted (as _keys)
         self._gone: Dict[str, Tuple[tuple, tuple]] = {}  # job id -> (key, geometry) removed from _jobs, not yet from the lists
@@ -185,7 +187,16 @@ class PendingQueue:
     def retime_all(self, reqs: List[JobRequest], seconds: float):
         """:meth:`retime` for each of ``reqs`` (queued jobs), in one call (the float sums as remove,
         then add)."""
-        jobs, key_of, work = self._jobs, self.policy.queue_key, self.work
+        work = self.work
+        if self._fixed_keys:  # only the request and the total move (the same sums as below)
+            for req in reqs:
+                n = req.gpus_per_node * req.nodes
+                work -= req.expected_duration() * n
+                req.predicted_duration = seconds
+                work += req.expected_duration() * n
+            self.work = work
+            return
+        jobs, key_of = self._jobs, self.policy.queue_key
         with_duration = self.policy.uses_duration
         for req in reqs:
             job_id = req.job_id

@@ -39,8 +39,8 @@ jobs apart, which is all SJF's order reads. The simulator's JSON shows the order
 (``estimator.order``), horusd's ``ping`` the one it uses (``duration_order``; the site setting
 ``duration_levels = measured`` turns it on there). Off by default for its cost in the simulator under a long
 queue: once the user's level comes first, each end of a user's job re-estimates every waiting job of
-that user (:class:`QueueEstimates`), and the 82k-job loaded run of ``bench_speed.py`` takes 174 s
-instead of 30 s with ``slurm-default`` (docs/placement.md).
+that user (:class:`QueueEstimates`), and the 82k-job loaded run of ``bench_speed.py`` takes 131 s
+instead of 25 s with ``slurm-default`` (docs/placement.md).
 
 Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
 Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``

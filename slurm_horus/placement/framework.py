@@ -129,6 +129,9 @@ class Policy:
     # whether a decision depends on the job's predicted duration (not only its class and shape):
     # callers may reuse a "does not fit" answer for an identical request while nothing changed
     uses_duration = False
+    # whether ``queue_key`` reads the expected duration (the queue re-sorts a job whose estimate
+    # moved); None: only the FIFO key here is known not to (:func:`queue_reads_duration`)
+    queue_key_reads_duration: Optional[bool] = None
     # the simulator's reference: reads the true durations (and its pair table is the truth)
     perfect_knowledge = False
     # a sharing policy that reads the classes of the first waiting jobs (``ctx.extra["window"]``,
@@ -503,6 +506,13 @@ class Policy:
                           mem_mb=req.mem_mb, user=req.user, partition=req.partition,
                           gpu_units=req.gpu_units, cpu_milli=req.cpu_milli, memory_mib=req.memory_mib,
                           node=decision.cpu_node)
+
+
+def queue_reads_duration(policy: "Policy") -> bool:
+    """Whether ``policy``'s queue order may move when a waiting job's expected duration does: what the
+    policy says (``queue_key_reads_duration``), else False only for the FIFO key of :class:`Policy`."""
+    says = policy.queue_key_reads_duration
+    return type(policy).queue_key is not Policy.queue_key if says is None else bool(says)
 
 
 class SJFMixin:

@@ -73,6 +73,8 @@ class DeepBoot(Policy):
         self.lending = bool(lend)
         self.fair = 1  # fair share (replicas) of the last round: reclaim compares speed-ups with it
 
+    queue_key_reads_duration = False
+
     def queue_key(self, req):
         return (0 if req.partition == self.inference_partition else 1, req.submit_time, req.job_id)
 

@@ -82,6 +82,8 @@ class HorusUtil(Policy):
             self._per_type[gpu_type] = arrays
         return arrays
 
+    queue_key_reads_duration = False  # (submission, or the class's utilization)
+
     def queue_key(self, req):
         if self.order_rule == "fifo":
             return (req.submit_time, req.job_id)
