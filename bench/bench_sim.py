@@ -6,7 +6,8 @@ arrival order and gaps) from Pollux's ``philly.csv`` among those lasting 1 minut
 multi-day tail would make the makespan the length of one job, whatever the policy); classes drawn
 uniformly from Gavel's 26 job classes by seed; arrivals scaled so that the offered load (work
 arriving per second / GPUs) is each of ``--loads``. Policies see the built-in priors without the V100
-pairs (P100 pairs + profiles) and learn V100 pairs as they run. Each load is run with both
+pairs (P100 pairs + profiles) and learn V100 pairs as they run, at horusd's cadence (each pair at its
+next hourly model refit, run times at its 5-minute feeds; ``SimOptions`` defaults). Each load is run with both
 knowledges of durations (``--durations``): ``estimated`` (the duration estimator, learning from the
 jobs finished earlier in the run; what horusd knows) and ``oracle`` (the trace's true durations);
 the ``oracle`` policy knows the true durations in both. Prints one JSON document, and a side-by-side

@@ -1,6 +1,7 @@
 """``horus replay``: sacct records to the simulator's metrics, and a real replay on local clusters."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -210,3 +211,4 @@ def test_the_replays_simulator_is_told_horusds_slowdown_limit(monkeypatch):
         replay_run.run_sim(setup, policy)
     assert seen["slurm-default"].max_slowdown is None and seen["horus"].max_slowdown == 1.5
     assert seen["horus"].durations == "limit"
+    assert seen["horus"].learn_pairs_every_s == math.inf  # no refit during a replay: no pair learned

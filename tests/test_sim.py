@@ -1,6 +1,7 @@
 """Simulator: sanity properties, metrics, CLI and bad input (tiny made-up traces only)."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -326,3 +327,57 @@ def test_the_slowdown_limit_is_a_run_option_of_the_simulator(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["simulate", "--trace", "nope.csv", "--slowdown-limit", "0.5", "--no-progress"])
     assert exit_info.value.code == 2 and "--slowdown-limit must be at least 1" in capsys.readouterr().err
+
+
+def test_what_ended_jobs_tell_reaches_the_policy_at_the_live_cadence(monkeypatch):
+    """horusd learns run times at its estimator's feeds (every 300 s) and pairs at its model refits
+    (refit_s): with those intervals (the defaults) the simulator holds what ended jobs told until the
+    next multiple, so a job that starts sooner is estimated without it; 0 is at once (an ideal
+    learner), inf never during the run."""
+    from slurm_horus.placement.framework import Policy
+
+    trace = [TraceJob("a", 0.0, 100.0, 1, job_class="a", user="u"), TraceJob("b", 10.0, 50.0, 1, job_class="a", user="u"),
+             TraceJob("c", 500.0, 40.0, 1, job_class="a", user="u")]
+
+    def estimates(**options):
+        result = run_policies(list(trace), [NodeGroup(1, 1, "v100", 16384.0)], constant_truth(1.0), ["slurm-default"],
+                              holdout=False, options=SimOptions(**options))[0]
+        return {j.req.job_id: round(j.estimate.seconds) for j in result.jobs}
+
+    # at once: b knows a's run; c the median of a's and b's
+    assert estimates(learn_durations_every_s=0.0) == {"a": 3600, "b": 100, "c": 75}
+    # horusd's feed every 300 s: a's run (at 100 s) and b's (150 s) are learned at the feed at 300 s,
+    # handed over at c's arrival
+    assert SimOptions().learn_durations_every_s == 300.0 and SimOptions().learn_pairs_every_s == 3600.0
+    assert estimates() == {"a": 3600, "b": 3600, "c": 75}
+    assert estimates(learn_durations_every_s=math.inf) == {"a": 3600, "b": 3600, "c": 3600}
+
+    learned = []
+    monkeypatch.setattr(Policy, "observe", lambda self, *args: learned.append(args))
+    jobs = make_trace(60, seed=5, span=40.0)  # a burst on 4 GPUs: sjf-ffs shares, pairs are measured
+    told = {}
+
+    def run(every):
+        learned.clear()
+        result = run_policies(jobs, [NodeGroup(2, 2, "v100", 16384.0)], random_truth(), ["sjf-ffs"], holdout=False,
+                              options=SimOptions(learn_pairs_every_s=every))[0]
+        told[every] = (result.observations, len(learned))
+        return summarize(result)["makespan"]
+
+    makespan = run(0.0)
+    assert told[0.0][0] > 0 and told[0.0][1] == told[0.0][0]  # every pair measured is learned at once
+    run(0.6 * makespan)  # one refit, at 60 % of the run: the pairs measured after it are never learned
+    assert 0 < told[0.6 * makespan][1] < told[0.6 * makespan][0]
+    run(math.inf)
+    assert told[math.inf][1] == 0
+    with pytest.raises(ValueError):
+        run_policies(jobs, [NodeGroup(2, 2, "v100", 16384.0)], random_truth(), ["sjf-ffs"],
+                     options=SimOptions(learn_pairs_every_s=-1.0))
+
+
+def test_cli_learning_intervals_are_checked(capsys):
+    from slurm_horus.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--trace", "nope.csv", "--learn-pairs-every", "-5", "--no-progress"])
+    assert exit_info.value.code == 2 and "--learn-pairs-every must be 0" in capsys.readouterr().err

@@ -60,6 +60,9 @@ import numpy as np
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 MAD_TO_SIGMA = 1.4826
 LEVELS = ("user+class", "class", "user", "site")
+# how often horusd feeds its estimator afresh from the history store (service/history.py; as often as
+# horus-ingest.timer stores new run times); the simulator learns run times as late (sim/engine.py)
+FEED_EVERY_S = 300.0
 # sacct states whose elapsed time is how long the job held its GPUs; a job that never really ran
 # (NODE_FAIL, BOOT_FAIL, REVOKED, DEADLINE) or was cut by someone else's job (PREEMPTED) is not
 COUNTED_STATES = frozenset(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY"])

@@ -43,10 +43,16 @@ class Knowledge:
     minutes); a replay's fresh cluster has none and a replay lasts about 4 minutes, so the live
     knowledge is the time limit only (``"limit"``: the simulator's estimator that never learns); the
     trace's true durations are the simulator's ``"oracle"``.
+    ``pairs_learned``: whether the live system learns pairs while the replay runs. horusd's model
+    learns them at its refits (``refit_s``, an hour by default), from what ``horus ingest`` stored;
+    a replay lasts minutes and ingests nothing until it is over, so no: its simulator holds every pair
+    measured until after the run (``SimOptions.learn_pairs_every_s`` infinite), where it would learn
+    each at once.
     """
 
     holdout: bool = False
     durations: str = "limit"
+    pairs_learned: bool = False
 
 
 KNOWLEDGE = Knowledge()
@@ -378,7 +384,8 @@ def run_sim(setup: ReplaySetup, policy: str, cadence: Optional[LiveCadence] = No
     limit = None if policy == "slurm-default" else SETTINGS["slowdown_limit"].default
     options = SimOptions(oom_penalty=setup.oom_penalty, durations=setup.knowledge.durations,
                          end_to_cycle_s=cadence.end_to_cycle_s * setup.speedup,
-                         launch_s=cadence.launch_s * setup.speedup, max_slowdown=limit)
+                         launch_s=cadence.launch_s * setup.speedup, max_slowdown=limit,
+                         learn_pairs_every_s=0.0 if setup.knowledge.pairs_learned else math.inf)
     jobs = [copy.copy(j) for j in setup.jobs]
     return run_policies(jobs, groups, setup.truth, [policy], holdout=setup.knowledge.holdout, options=options,
                         max_jobs_per_gpu=2)[0]

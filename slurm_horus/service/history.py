@@ -15,12 +15,13 @@ import queue
 import threading
 import time
 
+from ..placement.duration import FEED_EVERY_S
 from .threads import run_in_background
 
 log = logging.getLogger("horusd")
 
 _STOP = object()
-DURATIONS_RELOAD_S = 300.0  # how often the duration estimator is fed again (horus-ingest.timer: 5 min)
+DURATIONS_RELOAD_S = FEED_EVERY_S  # how often the duration estimator is fed again (horus-ingest.timer: 5 min)
 DURATION_JOBS = 20000  # the most recently ended GPU jobs it learns from (it keeps 10 per key)
 
 

@@ -82,6 +82,17 @@ def text_table(rows) -> str:
     return "\n".join(lines)
 
 
+
+def _interval(seconds: float):
+    """A learning interval for the JSON: seconds, None for never (JSON has no infinity)."""
+    return None if seconds == float("inf") else seconds
+
+
+def _interval_text(seconds: float) -> str:
+    if seconds == 0:
+        return "at once"
+    return "never during the run" if seconds == float("inf") else f"every {seconds:g} s"
+
 @click.command("simulate")
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="trace file")
 @click.option("--trace-format", default="auto",
@@ -116,6 +127,14 @@ def text_table(rows) -> str:
                    "user > site) or measured (by how well each level's estimates followed the run times)")
 @click.option("--slowdown-limit", default=None, type=float,
               help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
+@click.option("--learn-pairs-every", "learn_pairs_every", default=None, type=float,
+              show_default="horusd's refit_s, 3600",
+              help="trace seconds between the times the policies learn the pairs measured meanwhile (horusd "
+                   "learns them at its model refits); 0: at once (an ideal learner); inf: never during the run")
+@click.option("--learn-durations-every", "learn_durations_every", default=None, type=float,
+              show_default="horusd's feed, 300",
+              help="the same for the run times the duration estimator learns (horusd feeds it from its history "
+                   "store); 0: at once")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="JSON summary")
 @click.option("--jobs-csv", default=None, type=click.Path(dir_okay=False), help="per-job CSV")
 @click.option("--report", default=None, type=click.Path(dir_okay=False), help="HTML report")
@@ -131,7 +150,7 @@ def text_table(rows) -> str:
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
              max_jobs, single_gpu, holdout, durations, time_limit, default_duration, duration_levels,
-             slowdown_limit, json_out, jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace,
+             slowdown_limit, learn_pairs_every, learn_durations_every, json_out, jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace,
              shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
@@ -149,6 +168,9 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
         raise InputError("--default-duration must be positive")
     if slowdown_limit is not None and not slowdown_limit >= 1.0:
         raise InputError("--slowdown-limit must be at least 1")
+    for every, option in ((learn_pairs_every, "--learn-pairs-every"), (learn_durations_every, "--learn-durations-every")):
+        if every is not None and not every >= 0:
+            raise InputError(f"{option} must be 0 (at once), positive, or inf (never)")
     if (inflate or shuffle_seed is not None) and not no_departure:
         raise InputError("--inflate and --shuffle-seed go with --no-departure (FGD's protocol)")
     if inflate < 0:
@@ -156,8 +178,10 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
     if inflate_keep_trace and not inflate:
         raise InputError("--inflate-keep-trace goes with --inflate")
     settings = DurationSettings(default_duration=default_duration, adaptive=duration_levels == "measured")
+    learning = {name: value for name, value in (("learn_pairs_every_s", learn_pairs_every),
+                                                ("learn_durations_every_s", learn_durations_every)) if value is not None}
     options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
-                         max_slowdown=slowdown_limit)
+                         max_slowdown=slowdown_limit, **learning)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster, _gpu_memory(gpu_memory))
     gpu_type = groups[0].gpu_type
@@ -186,8 +210,12 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
     click.echo(comparison_table(summaries))
     knowledge = duration_knowledge(options, settings, jobs, summaries)
     click.echo(knowledge["line"])
+    learning = {"pairs_every_s": _interval(options.learn_pairs_every_s),
+                "durations_every_s": _interval(options.learn_durations_every_s)}
+    click.echo("learning: pairs measured reach the policies {}, run times the estimator {}".format(
+        *(_interval_text(v) for v in (options.learn_pairs_every_s, options.learn_durations_every_s))))
     payload = {"policies": summaries, "trace": str(trace_path), "cluster": cluster, "truth": truth,
-               "seed": seed, "load": load, "jobs": len(jobs), "durations": knowledge,
+               "seed": seed, "load": load, "jobs": len(jobs), "durations": knowledge, "learning": learning,
                "ratios_to_slurm_default": _ratios(summaries)}
     try:
         if json_out:

@@ -7,11 +7,13 @@ its slowest GPU), times what its placement costs it whatever the co-runners (``T
 communication when spread over more nodes than needed, a slower micro-batch when sub-batched); when a
 set changes, the affected jobs' remaining work is settled and their completion events are re-issued
 (stale ones are skipped by a version number). The policy decides from its predictions only; each pair
-it sees running is reported back to it (``Policy.observe``) when the pair ends, the way the live
+it sees running is measured when the pair ends and reported back to it (``Policy.observe``) at
+horusd's next model refit (``SimOptions.learn_pairs_every_s``, horusd's ``refit_s``), the way the live
 service learns from finished jobs. Durations likewise: by default (``durations="estimated"``) a job's
 ``predicted_duration`` is what the duration estimator of the placement core
-(``placement/duration.py``) says, from the run times of the jobs that finished earlier in the run (as
-horusd learns from sacct) and the job's time limit, kept current while the job waits
+(``placement/duration.py``) says, from the run times of the jobs that finished earlier in the run and
+were fed to it by then (as horusd feeds it from sacct every ``FEED_EVERY_S``:
+``learn_durations_every_s``) and the job's time limit, kept current while the job waits
 (``QueueEstimates``); the trace's true durations only with ``durations="oracle"``, and always for a
 policy with ``perfect_knowledge`` (the ``oracle`` reference). A co-location the truth
 says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is requeued after
@@ -25,10 +27,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..config import SETTINGS
 from ..interference.classes import with_batch
 from ..placement import JobRequest
 from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
-from ..placement.duration import (DurationEstimate, DurationEstimator, DurationSettings, QueueEstimates,
+from ..placement.duration import (FEED_EVERY_S, DurationEstimate, DurationEstimator, DurationSettings, QueueEstimates,
                                   estimate_errors)
 from ..placement.framework import Policy
 from ..placement.state import ClusterState
@@ -103,6 +106,10 @@ class SimJob:
 
 
 DURATION_MODES = ("estimated", "oracle", "limit")
+# how late horusd learns, with its defaults (trace seconds): pairs at each refit of its model
+# (``refit_s``), run times at each feed of its duration estimator from the history store
+LIVE_REFIT_S = SETTINGS["refit_s"].default
+LIVE_FEED_S = FEED_EVERY_S
 
 
 @dataclass
@@ -127,6 +134,15 @@ class SimOptions:
     # its end): 0 ideally; the replay's live cadence too (0.2 s of wall time per job on the local cluster)
     launch_s: float = 0.0
     deepboot: Optional[DeepBootOptions] = None  # costs and rounds of DeepBoot's runtime (sim/elastic.py)
+    # how late what ended jobs tell reaches the policy, in trace seconds: a pair measured
+    # (``Policy.observe``) at the first event after the next multiple of ``learn_pairs_every_s``, a run
+    # time (the duration estimator) after the next multiple of ``learn_durations_every_s``. The
+    # defaults are horusd's own cadence (it learns pairs at its model refits, run times when it feeds
+    # its estimator from the history store): the simulator knows what the live system knows. 0: at
+    # once (an ideal learner, the simulator's rule before 2026-11-29); math.inf: never during the run
+    # (a live run shorter than the refit, as a replay is)
+    learn_pairs_every_s: float = LIVE_REFIT_S
+    learn_durations_every_s: float = LIVE_FEED_S
 
 
 @dataclass
@@ -184,6 +200,12 @@ class Simulator:
         self.oom_events = 0
         self.preemptions = 0
         self.n_observations = 0
+        for every in (self.options.learn_pairs_every_s, self.options.learn_durations_every_s):
+            if not every >= 0:
+                raise ValueError("learning intervals must be 0 (at once), positive, or inf (never)")
+        # what ended jobs told and the policy has not learned yet: (time, arguments), in time order
+        self.held_pairs: List[tuple] = []
+        self.held_runs: List[tuple] = []
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
         self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
@@ -213,6 +235,8 @@ class Simulator:
         while self.heap:
             t = self.heap[0][0]
             self._advance(t)
+            if self.held_pairs or self.held_runs:
+                self._learn_held(t)
             changed = timers = False
             while self.heap and self.heap[0][0] == t:
                 _, kind, _, idx, version = heapq.heappop(self.heap)
@@ -386,7 +410,31 @@ class Simulator:
 
     def _observe(self, gpu_type: str, target: str, corunner: str, value: float):
         self.n_observations += 1
-        self.policy.observe(gpu_type, target, corunner, value)
+        if self.options.learn_pairs_every_s > 0:
+            self.held_pairs.append((self.now, gpu_type, target, corunner, value))
+        else:
+            self.policy.observe(gpu_type, target, corunner, value)
+
+    def _learn_run(self, user: str, job_class: str, run_time: float):
+        if self.options.learn_durations_every_s > 0:
+            self.held_runs.append((self.now, user, job_class, run_time))
+        else:
+            (self.estimates if self.estimates is not None else self.estimator).observe(user, job_class, run_time)
+
+    def _learn_held(self, t: float):
+        """Hand the policy (pairs) and the duration estimator (run times) what was told before the last
+        multiple of their interval at or before ``t`` (a refit, a feed), in the order it was told."""
+        learner = self.estimates if self.estimates is not None else self.estimator
+        for held, every, learn in ((self.held_pairs, self.options.learn_pairs_every_s, self.policy.observe),
+                                   (self.held_runs, self.options.learn_durations_every_s, learner.observe)):
+            if not held or math.isinf(every):
+                continue
+            boundary = math.floor(t / every) * every
+            k = 0
+            while k < len(held) and held[k][0] < boundary:
+                learn(*held[k][1:])
+                k += 1
+            del held[:k]
 
     def _stop(self, job: SimJob) -> List[SimJob]:
         """Take a running job off its GPUs; return the jobs whose co-runner set changed."""
@@ -412,8 +460,7 @@ class Simulator:
         # what sacct tells a live site: how long it ran (slowed down when it shared); "limit": nothing
         # learned (a horusd whose history store holds no run times yet, as in a short replay)
         if self.options.durations != "limit":
-            learner = self.estimates if self.estimates is not None else self.estimator
-            learner.observe(job.req.user, job.req.job_class, job.run_time)
+            self._learn_run(job.req.user, job.req.job_class, job.run_time)
         self._refresh(others)
         if self.ext is not None:
             self.ext.finished(job, gpus)
