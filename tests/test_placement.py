@@ -564,6 +564,38 @@ def test_horus_risk_explores_unknown_pairs_within_its_budget_then_weighs_risk():
     assert policy.explored == {"v100": 1}
 
 
+@pytest.mark.parametrize("once", [True, False])
+def test_horus_risk_explores_a_pair_once_until_it_is_measured(once):
+    """horusd learns a pair at its next model refit: until then, another job of an explored pair would
+    spend the budget to learn nothing new. With explore_once it is weighed with its risk instead, and
+    the pair leaves the pending set once both directions are measured."""
+    state = cluster(1, 2)
+    policy = make_policy(f"horus-risk/explore_budget=10/risk=3/explore_once={'yes' if once else 'no'}",
+                         models_for(state, TablePredictor(default=0.6)))
+    state.place(RunningJob("a1", "a", (0,), 0.0, 100.0))
+    state.place(RunningJob("a2", "a", (1,), 0.0, 100.0))
+    first = run(policy, state, JobRequest("n1", "n", predicted_duration=20.0, duration_sigma=0.5),
+                n_waiting=3, waiting_gpus=3)
+    assert first.shared and "explores an unknown pair" in first.reason and policy.explored == {"v100": 1}
+    # the pair runs, not measured yet (no refit): a second job of the same pair on the other GPU
+    second = run(policy, state, JobRequest("n2", "n", predicted_duration=20.0, duration_sigma=0.5),
+                 n_waiting=3, waiting_gpus=3)
+    if once:
+        assert not second.placed and "risk" in second.reason and policy.explored == {"v100": 1}
+        assert policy._pending == {"v100": {tuple(sorted((state.classes.id("n"), state.classes.id("a"))))}}
+    else:
+        assert second.shared and "explores" in second.reason and policy.explored == {"v100": 2}
+    for _ in range(4):  # the refit learned it, narrow: no longer an exploration, and no longer pending
+        policy.observe("v100", "n", "a", 0.6)
+        policy.observe("v100", "a", "n", 0.6)
+    state.release("n1")
+    if second.placed:
+        state.release("n2")
+    third = run(policy, state, JobRequest("n3", "n", predicted_duration=20.0), n_waiting=3, waiting_gpus=3)
+    assert third.shared and "explores" not in third.reason
+    assert not policy._pending.get("v100")
+
+
 def test_horus_risk_forgets_exploring_answers_that_never_ran():
     """horusd asks for offers every second and most are never taken: their exploring answers must not
     pile up (only the newest EXPLORING_KEPT are remembered until their job runs)."""
@@ -645,7 +677,7 @@ def test_horus_per_class_scoring_is_the_per_gpu_rule(options):
                                           ("horus", {"score_rule": "combined"}),
                                           ("horus", {"min_combined_known": 1.05}), ("horus-risk", {}),
                                           ("horus-risk", {"risk": 0.0}), ("horus-risk", {"explore_budget": 0}),
-                                          ("horus-risk", {"queue": 1.0})])
+                                          ("horus-risk", {"queue": 1.0}), ("horus-risk", {"explore_once": True})])
 def test_horus_quick_decision_is_the_pipelines(rule, options):
     """horus's (and horus-risk's) 1-GPU shortcut (decide_quickly) must give exactly the pipeline's
     decision: random loaded clusters, with and without free GPUs, pressure, a window, measured pairs, ties."""
@@ -693,15 +725,20 @@ def test_horus_quick_decision_is_the_pipelines(rule, options):
                 del policy._best_pair
                 seen.update(("weighed", None if d is None else d.shared) for d in weighed)
                 if quick.placed and rng.random() < 0.5:  # it starts: the next decisions see it
+                    policy.running_job(req, quick, 100.0)  # (an explored pair is pending from now on)
                     state.place(RunningJob(req.job_id, req.job_class, quick.gpu_ids, 100.0,
                                            100.0 + req.predicted_duration))
                     seen.add("started")
+                    if policy._pending:
+                        seen.add("pending")
     assert seen >= {(True, True), (True, False), (False, False)}  # every kind of answer was compared
     if rule == "horus-risk":  # horus-risk's weighing without weighing every GPU: a pair, a free GPU, a wait
         # (with the queue term, its default, a pair or a free GPU is always found on these clusters: the
         # waits are compared with queue=0)
         expected = {("weighed", True), ("weighed", False), "started"} | (set() if policy.queue
                                                                           else {("weighed", None)})
+        if policy.explore_once and policy.explore_budget:
+            expected.add("pending")  # decisions were compared with explored pairs not measured yet
         assert expected <= seen, seen
 
 

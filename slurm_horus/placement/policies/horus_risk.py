@@ -36,7 +36,10 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
   when nothing qualifies the job waits;
 * **exploration**, deliberate and bounded: a pair never measured on this cluster may be formed on its
   expected benefit alone (``B > 0``, risk not counted) while the GPU type's exploration budget lasts
-  (``explore_budget`` jobs per GPU type); each such placement spends one (``explored``);
+  (``explore_budget`` jobs per GPU type); each such placement spends one (``explored``). With
+  ``explore_once`` (off by default: cross-validated) a pair once explored is not explored again until
+  it is measured: horusd learns pairs at its model refits (hourly), and until then another job of the
+  same pair pays the budget for nothing learned (it is weighed with its risk meanwhile);
 * every pair observed while it runs replaces the model's prediction for that pair (learning), which
   narrows its spread; it also corrects the pairs not measured yet, by the offsets of the GPU type and
   of each class that the measured pairs show (``calibrate``, the shrinkage, ``PairTable.calibrate``:
@@ -54,8 +57,8 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 
 The one remaining parameter of the pairing rule, ``risk`` (how many standard deviations of the benefit
 a pair must clear), is chosen by cross-validation (``bench/bench_robust.py``: tuned on one GPU type and
-trace family, scored on the others), and so are ``explore_budget``, ``guard``, ``calibrate`` and
-``queue``.
+trace family, scored on the others), and so are ``explore_budget``, ``explore_once``, ``guard``,
+``calibrate`` and ``queue``.
 ``--explain`` lists, per candidate GPU, B and R.
 """
 
@@ -132,6 +135,7 @@ class HorusRisk(Horus):
     uses_duration = True
     risk = 0.25  # standard deviations of the benefit a pair must clear (cross-validated: bench_robust)
     explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
+    explore_once = False  # an explored pair is not explored again until measured (docstring; cross-validated: off)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
     guard = 0.0  # makespan guard (see the docstring); 0: off
@@ -144,13 +148,38 @@ class HorusRisk(Horus):
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, fragmentation=fragmentation, **options)
         self.explored = {}  # GPU type -> jobs placed with an unknown pair on the benefit alone
-        self._exploring = {}  # job id -> GPU type, for a decision that explores (until it runs)
+        self._exploring = {}  # job id -> (GPU type, class ids of the pair), for a decision that explores
+        self._pending = {}  # GPU type -> {(class id, class id)}: explored, not measured yet (explore_once)
 
     def running_job(self, req, decision, now):
-        gpu_type = self._exploring.pop(req.job_id, None)
-        if gpu_type is not None and decision.shared:
+        found = self._exploring.pop(req.job_id, None)
+        if found is not None and decision.shared:
+            gpu_type, pair = found
             self.explored[gpu_type] = self.explored.get(gpu_type, 0) + 1
+            if self.explore_once:
+                self._pending.setdefault(gpu_type, set()).add(pair)
         return super().running_job(req, decision, now)
+
+    def observe(self, gpu_type, target, corunner, norm_tput):
+        super().observe(gpu_type, target, corunner, norm_tput)
+        pending = self._pending.get(gpu_type)
+        if pending and self.pairs is not None:  # measured both ways: no longer pending
+            a, b = self.pairs.classes.id(target), self.pairs.classes.id(corunner)
+            kn = self.pairs.known(gpu_type)
+            if kn[a, b] and kn[b, a]:
+                pending.discard((min(a, b), max(a, b)))
+
+    def _pending_row(self, gpu_type, c, n):
+        """Per class id below ``n``, and a trailing False (a free GPU's -1): whether the pair of ``c``
+        with it was explored and is not measured yet (both directions)."""
+        pending = self._pending.get(gpu_type)
+        row = np.zeros(n + 1, dtype=bool)
+        for a, b in pending or ():
+            if a == c and b < n:
+                row[b] = True
+            elif b == c and a < n:
+                row[a] = True
+        return row
 
     def counters(self):
         return {f"explored:{gpu_type}": count for gpu_type, count in sorted(self.explored.items())}
@@ -258,6 +287,11 @@ class HorusRisk(Horus):
             names = state.gpu_types
             left = np.array([self.explored.get(names[t], 0) < self.explore_budget for t in range(len(names))])
             explore &= left[types]
+            for t in np.unique(types[explore]) if self._pending else ():
+                sel = types == t
+                row = self._pending_row(names[t], cycle.class_id, len(state.classes))
+                explore[sel] &= ~row[np.where(cycle.resident[sel] < 0, len(row) - 1,
+                                              np.minimum(cycle.resident[sel], len(row) - 1))]
         k = np.where(explore, 0.0, self.risk)
         s_d = float(req.duration_sigma or 0.0)
         q = self._behind(cycle)
@@ -307,6 +341,8 @@ class HorusRisk(Horus):
         explore_c = ~(kn[c] & kn[:, c]) & busy_c
         if self.explored.get(gpu_type, 0) >= self.explore_budget:
             explore_c[:] = False
+        elif self._pending:
+            explore_c &= ~self._pending_row(gpu_type, c, n)[:n]
         k_c = np.where(explore_c, 0.0, self.risk)
         any_free = feasible.first_free >= 0
         if any_free:
@@ -366,7 +402,8 @@ class HorusRisk(Horus):
         self._exploring.pop(decision.job_id, None)  # an earlier answer for the job (a dry run) counts no more
         if decision.shared and explore is not None and len(explore) == len(cycle.idx) and explore[chosen].any():
             gpu_type = cycle.state.gpu_types[int(cycle.state.gpu_type_id[cycle.idx[chosen[0]]])]
-            self._exploring[decision.job_id] = gpu_type
+            c, r = int(cycle.class_id), int(cycle.resident[chosen[0]])
+            self._exploring[decision.job_id] = (gpu_type, (min(c, r), max(c, r)))
             while len(self._exploring) > self.EXPLORING_KEPT:  # answers never applied (offers, dry runs)
                 self._exploring.pop(next(iter(self._exploring)))
             decision.reason += f" (explores an unknown pair: {self.explored.get(gpu_type, 0)} of " \
