@@ -1,6 +1,7 @@
 """``horus simulate``: replay a trace through every chosen policy and compare them."""
 
 import json
+import math
 import sys
 import time
 
@@ -82,16 +83,16 @@ def text_table(rows) -> str:
     return "\n".join(lines)
 
 
-
 def _interval(seconds: float):
     """A learning interval for the JSON: seconds, None for never (JSON has no infinity)."""
-    return None if seconds == float("inf") else seconds
+    return None if math.isinf(seconds) else seconds
 
 
 def _interval_text(seconds: float) -> str:
     if seconds == 0:
         return "at once"
-    return "never during the run" if seconds == float("inf") else f"every {seconds:g} s"
+    return "never during the run" if math.isinf(seconds) else f"every {seconds:g} s"
+
 
 @click.command("simulate")
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="trace file")
@@ -150,8 +151,8 @@ def _interval_text(seconds: float) -> str:
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
              max_jobs, single_gpu, holdout, durations, time_limit, default_duration, duration_levels,
-             slowdown_limit, learn_pairs_every, learn_durations_every, json_out, jobs_csv, report, progress, no_departure, inflate, inflate_keep_trace,
-             shuffle_seed, gpu_memory):
+             slowdown_limit, learn_pairs_every, learn_durations_every, json_out, jobs_csv, report, progress,
+             no_departure, inflate, inflate_keep_trace, shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
@@ -178,10 +179,10 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
     if inflate_keep_trace and not inflate:
         raise InputError("--inflate-keep-trace goes with --inflate")
     settings = DurationSettings(default_duration=default_duration, adaptive=duration_levels == "measured")
-    learning = {name: value for name, value in (("learn_pairs_every_s", learn_pairs_every),
-                                                ("learn_durations_every_s", learn_durations_every)) if value is not None}
+    told = {name: value for name, value in (("learn_pairs_every_s", learn_pairs_every),
+                                            ("learn_durations_every_s", learn_durations_every)) if value is not None}
     options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
-                         max_slowdown=slowdown_limit, **learning)
+                         max_slowdown=slowdown_limit, **told)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster, _gpu_memory(gpu_memory))
     gpu_type = groups[0].gpu_type

@@ -203,9 +203,11 @@ class Simulator:
         for every in (self.options.learn_pairs_every_s, self.options.learn_durations_every_s):
             if not every >= 0:
                 raise ValueError("learning intervals must be 0 (at once), positive, or inf (never)")
-        # what ended jobs told and the policy has not learned yet: (time, arguments), in time order
-        self.held_pairs: List[tuple] = []
-        self.held_runs: List[tuple] = []
+        # what ended jobs tell, per kind: (held until learned: (time, arguments) in time order, the
+        # interval, who learns it): pair measurements the policy, run times the duration estimator
+        learner = self.estimates if self.estimates is not None else self.estimator
+        self.pairs_told = ([], self.options.learn_pairs_every_s, policy.observe)
+        self.runs_told = ([], self.options.learn_durations_every_s, learner.observe)
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
         self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
@@ -235,7 +237,7 @@ class Simulator:
         while self.heap:
             t = self.heap[0][0]
             self._advance(t)
-            if self.held_pairs or self.held_runs:
+            if self.pairs_told[0] or self.runs_told[0]:
                 self._learn_held(t)
             changed = timers = False
             while self.heap and self.heap[0][0] == t:
@@ -410,23 +412,20 @@ class Simulator:
 
     def _observe(self, gpu_type: str, target: str, corunner: str, value: float):
         self.n_observations += 1
-        if self.options.learn_pairs_every_s > 0:
-            self.held_pairs.append((self.now, gpu_type, target, corunner, value))
-        else:
-            self.policy.observe(gpu_type, target, corunner, value)
+        self._tell(self.pairs_told, gpu_type, target, corunner, value)
 
-    def _learn_run(self, user: str, job_class: str, run_time: float):
-        if self.options.learn_durations_every_s > 0:
-            self.held_runs.append((self.now, user, job_class, run_time))
+    def _tell(self, told, *args):
+        """Learned at once (interval 0), else held until the next multiple of the interval."""
+        held, every, learn = told
+        if every > 0:
+            held.append((self.now,) + args)
         else:
-            (self.estimates if self.estimates is not None else self.estimator).observe(user, job_class, run_time)
+            learn(*args)
 
     def _learn_held(self, t: float):
         """Hand the policy (pairs) and the duration estimator (run times) what was told before the last
         multiple of their interval at or before ``t`` (a refit, a feed), in the order it was told."""
-        learner = self.estimates if self.estimates is not None else self.estimator
-        for held, every, learn in ((self.held_pairs, self.options.learn_pairs_every_s, self.policy.observe),
-                                   (self.held_runs, self.options.learn_durations_every_s, learner.observe)):
+        for held, every, learn in (self.pairs_told, self.runs_told):
             if not held or math.isinf(every):
                 continue
             boundary = math.floor(t / every) * every
@@ -460,7 +459,7 @@ class Simulator:
         # what sacct tells a live site: how long it ran (slowed down when it shared); "limit": nothing
         # learned (a horusd whose history store holds no run times yet, as in a short replay)
         if self.options.durations != "limit":
-            self._learn_run(job.req.user, job.req.job_class, job.run_time)
+            self._tell(self.runs_told, job.req.user, job.req.job_class, job.run_time)
         self._refresh(others)
         if self.ext is not None:
             self.ext.finished(job, gpus)
