@@ -714,3 +714,56 @@ def test_shard_requests_are_placed_on_one_gpus_free_shards_as_the_simulator_says
         place(placer, {"op": "place", "tres_per_node": "gres:shard:3", "partition": "gpu"})
     reply = place(placer, {"op": "place", "tres_per_node": "gres:shard:3", "partition": "gpu"})
     assert reply["action"] == "unchanged"  # no GPU has 3 shards left: left to Slurm, never kept
+
+
+def store_observations(db_path, rows):
+    """(gpu type, class, co-runner class, norm_tput) per observation, each of its own job pair."""
+    from slurm_horus.store.db import open_db
+
+    db = open_db(db_path)
+    db["observations"].insert_all(
+        {"cluster": "c", "job_id": 100 + i, "corunner_job_id": 500 + i, "gpu_type": g, "job_class": a,
+         "corunner_class": b, "norm_tput": t} for i, (g, a, b, t) in enumerate(rows))
+    db.conn.close()
+
+
+def test_a_rebuilt_policy_counts_the_sites_measured_pairs_and_keeps_what_it_learned(tmp_path, monkeypatch):
+    """horusd builds its policy afresh at start and at every reload (an hourly refit reloads); the
+    simulator keeps one policy and tells it each measured pair. Live must agree: the pairs measured
+    on this cluster are measured (known) for the new policy, and horus-risk's exploration budget spent,
+    its pairs explored and not measured yet, and the workload shapes it counted survive the reload."""
+    db_path = tmp_path / "h.db"
+    prior = MODEL.predict("lm-bs20", ["resnet50-bs64"], "v100")
+    store_observations(db_path, [("v100", "lm-bs20", "resnet50-bs64", prior + 0.02),
+                                 ("v100", "resnet50-bs64", "lm-bs20", 0.5),
+                                 ("v100", "a3c", "cyclegan", 0.95)])  # one user, far from Gavel's: held
+    site = tmp_path / "horus.conf"
+    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {db_path}\npolicy = horus-risk/explore_once=true\n")
+    monkeypatch.setenv("HORUS_CONFIG", str(site))
+    from slurm_horus.config import load_config
+
+    horusd = Horusd(load_config(), reader=FixedReader(Snapshot([node("n1"), node("n2")], [], taken_at=1e12)),
+                    predictor_factory=lambda kind: MODEL)
+    policy = horusd.placer.policy
+    ids, kn = policy.pairs.classes.id, policy.pairs.known("v100")
+    assert kn[ids("lm-bs20"), ids("resnet50-bs64")] and kn[ids("resnet50-bs64"), ids("lm-bs20")]
+    assert policy.pairs.tput("v100", "lm-bs20", "resnet50-bs64") == pytest.approx(prior + 0.02)
+    a3c, cyclegan = ids("a3c"), ids("cyclegan")
+    assert not policy.pairs.known("v100")[a3c, cyclegan]
+    # what it learned while it ran: a budget spent, two pairs explored (one measured since), shapes
+    policy.explored["v100"] = 5
+    policy._pending["v100"] = {tuple(sorted((a3c, cyclegan))),
+                               tuple(sorted((ids("lm-bs20"), ids("resnet50-bs64"))))}
+    policy._exploring["j9"] = ("v100", tuple(sorted((a3c, ids("transformer-bs32")))))
+    policy.fragmentation.counts[(1000, 1)] += 7
+    horusd.reload()
+    rebuilt = horusd.placer.policy
+    assert rebuilt is not policy and rebuilt.pairs is not policy.pairs
+    names = rebuilt.pairs.classes.names
+    assert rebuilt.explored == {"v100": 5}
+    assert {(g, frozenset((names[a], names[b]))) for g, pairs in rebuilt._pending.items() for a, b in pairs} \
+        == {("v100", frozenset(("a3c", "cyclegan")))}  # the measured one is no longer pending
+    gpu_type, (a, b) = rebuilt._exploring["j9"]
+    assert gpu_type == "v100" and {names[a], names[b]} == {"a3c", "transformer-bs32"}
+    assert rebuilt.fragmentation.counts[(1000, 1)] == 7
+    assert rebuilt.pairs.known("v100")[rebuilt.pairs.classes.id("lm-bs20"), rebuilt.pairs.classes.id("resnet50-bs64")]

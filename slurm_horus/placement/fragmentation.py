@@ -111,6 +111,11 @@ class FragmentationModel:
         if self._typical is not None and (not self._typical or total >= 1.5 * max(self._typical_at, 1.0)):
             self._typical = None
 
+    def carry_over(self, old: "FragmentationModel"):
+        """The shapes ``old`` counted (its prior included) replace this one's counts."""
+        self.counts = Counter(old.counts)
+        self._typical = None
+
     @property
     def include_cpu(self) -> bool:
         """CPU-only shapes in the typical set (FGD's ``isInvolvedCpuPods``)."""

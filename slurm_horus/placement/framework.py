@@ -166,6 +166,16 @@ class Policy:
         """What the policy counted while it ran (the simulator's ``SimResult.runtime``)."""
         return {}
 
+    def carry_over(self, old: "Policy"):
+        """Keep what ``old`` learned while it ran and the history database does not hold: horusd builds
+        a new policy at every reload (a refit reloads), the simulator keeps one for the whole trace, and
+        live must not forget at a rebuild what the simulator remembers. Here: the workload of request
+        shapes fragmentation is measured against. The pairs measured on the cluster come back from the
+        history database instead (``service/history.History.local_pairs``)."""
+        fragmentation, before = getattr(self, "fragmentation", None), getattr(old, "fragmentation", None)
+        if fragmentation is not None and before is not None and fragmentation is not before:
+            fragmentation.carry_over(before)
+
     def urgent_duration(self, state: ClusterState, ctx: SchedulingContext) -> float:
         """Waiting jobs predicted to run at least this long go first (inf: none; see horus)."""
         return math.inf

@@ -154,6 +154,9 @@ def build_placer(config, predictor_factory=None, history=None):
         placer.policy = make_policy(config.policy, models)
     except ValueError as exc:
         raise HorusError(f"policy: {exc}") from None
+    if history is not None:  # the pairs measured on this cluster count as measured, as in the simulator
+        for seen in history.local_pairs():
+            placer.policy.observe(seen.gpu_type, seen.job_class, seen.corunner_class, seen.norm_tput)
     # the classes the policy's model knows: any other class is treated as unknown (a GPU of its own)
     for table in placer.policy.pair_tables():
         placer.known_classes |= set(getattr(getattr(table.predictor, "index", None), "names", ()))
@@ -488,6 +491,7 @@ class Horusd:
         self._wire(placer)
         with old.lock:
             old._apply_claims()
+            placer.policy.carry_over(old.policy)  # what it learned while it ran (horus-risk's budget spent)
             placer.offers.carry_over(old.offers)
             placer.ledger.entries = dict(old.ledger.entries)
             placer.unseen_keeps = dict(old.unseen_keeps)

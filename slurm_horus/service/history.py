@@ -11,6 +11,7 @@ closed, so the history database has one writer.
 """
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -59,6 +60,22 @@ class History:
         model_id, name, created, state = stored
         log.info("horus: using stored model %s (%s, %s)", model_id, name, created)
         return model_from_dict(state)
+
+    def local_pairs(self):
+        """The pairs measured on this cluster (the screened observations a refit learns from, one per
+        pair), or none when the store cannot be read: the policy is told them as the simulator tells
+        its policy each measurement (``Policy.observe``), so that they count as measured (known) and
+        not as predicted."""
+        if not os.path.isfile(self.db_path):
+            return []  # nothing ingested yet (and a reader creates no database)
+        try:
+            from ..learn.loop import local_observations
+            from ..store.db import open_db
+
+            return local_observations(open_db(self.db_path, create=False))
+        except Exception as exc:  # a broken or unreadable DB must not stop horusd
+            log.warning("horus: cannot read measured pairs from %s (%s); none counts as measured", self.db_path, exc)
+            return []
 
     # ---- durations ------------------------------------------------------------------------------
     def duration_estimator(self, db=None):

@@ -169,6 +169,28 @@ class HorusRisk(Horus):
             if kn[a, b] and kn[b, a]:
                 pending.discard((min(a, b), max(a, b)))
 
+    def carry_over(self, old):
+        """A rebuilt horus-risk (horusd's reload) goes on with the budget spent and the pairs explored
+        and not measured yet (class ids are those of the new table; a pair the history now holds as
+        measured both ways is no longer pending)."""
+        super().carry_over(old)
+        if not isinstance(old, HorusRisk):
+            return
+        for gpu_type, count in old.explored.items():
+            self.explored[gpu_type] = self.explored.get(gpu_type, 0) + count
+        names = old.pairs.classes.names if old.pairs is not None else None
+        if names is None or self.pairs is None:
+            return
+        ids = self.pairs.classes.id
+        for job_id, (gpu_type, (a, b)) in old._exploring.items():
+            self._exploring.setdefault(job_id, (gpu_type, tuple(sorted((ids(names[a]), ids(names[b]))))))
+        for gpu_type, pending in old._pending.items():
+            for a, b in pending:
+                x, y = sorted((ids(names[a]), ids(names[b])))
+                kn = self.pairs.known(gpu_type)  # (grows with a class new to the table)
+                if not (kn[x, y] and kn[y, x]):
+                    self._pending.setdefault(gpu_type, set()).add((x, y))
+
     def _pending_row(self, gpu_type, c, n):
         """Per class id below ``n``, and a trailing False (a free GPU's -1): whether the pair of ``c``
         with it was explored and is not measured yet (both directions)."""
