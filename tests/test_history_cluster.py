@@ -187,9 +187,20 @@ def test_ingest_report_and_refit_on_real_accounting(slurm_cluster_dbd, history_e
     horus(["report", "cluster", "--html", str(html)], history_env)
     assert "<svg" in html.read_text()
 
+    # horusd's 5-minute feed learns the pairs from this real accounting before any refit has run
+    from slurm_horus.service.history import History
+
+    rebuilds = []
+    feed = History(history_env["HORUS_DB"], on_pairs=lambda: rebuilds.append(1))
+    assert feed.learn_pairs(db) and rebuilds == [1]
+    fed = {(c, k): value for (_gpu, c, k), value in feed.told_pairs.items()}
+    assert {("alpha", "beta"), ("beta", "alpha")} <= set(fed)
+
     refit = json.loads(horus(["model-refit", "--json"], history_env).stdout)
     pairs = {(p["job_class"], p["corunner_class"]): p for p in refit["pairs"]}
     assert {("alpha", "beta"), ("beta", "alpha")} <= set(pairs)
+    for pair in (("alpha", "beta"), ("beta", "alpha")):  # the refit over the whole history agrees
+        assert fed[pair] == pytest.approx(pairs[pair]["observed"], abs=1e-4)
     assert refit["after"]["mae"] < refit["before"]["mae"]
     # elapsed times are whole seconds and a loaded machine stretches short jobs, so a pair may be
     # observed right at the model's default already; no pair may move away, and one must move closer

@@ -162,3 +162,34 @@ def test_reports_ignore_forged_tokens_of_an_old_history(tmp_path, capsys):
         main(["report", "job", "2", "--db", str(path), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["gpu_list"] == [] and report.get("predicted_slowdown") is None
+
+
+def test_horusds_feed_learns_the_pairs_measured_since_and_screens_them_as_a_refit_does(tmp_path):
+    """Every 5 minutes horusd derives the pairs measured by recent jobs (no model refit) and, when the
+    pairs measured here changed, asks for its policy to be rebuilt (which reads them as measured)."""
+    from slurm_horus.learn.loop import local_observations
+    from slurm_horus.service.history import History
+
+    db = history_with(tmp_path, list(SOLO))
+    rebuilt = []
+    history = History(str(tmp_path / "h.db"), gpu_type="v100", on_pairs=lambda: rebuilt.append(1))
+    assert history.local_pairs() == [] and history.told_pairs == {}
+    now = 100_000
+    assert not history.learn_pairs(db, now=now) and not rebuilt  # nothing shared yet: nothing changed
+    db2 = history_with(tmp_path, pair_runs(100, "alice", "alpha", "beta", 125, 2))  # (the same file)
+    assert history.learn_pairs(db2, now=now) and len(rebuilt) == 1  # norm 0.8, derived without a refit
+    assert history.told_pairs[("v100", "alpha", "beta")] == pytest.approx(0.8, abs=0.01)
+    assert not history.learn_pairs(db2, now=now) and len(rebuilt) == 1  # unchanged: no rebuild
+    # what a rebuilt policy is told is the screened set a refit learns from, held pairs left out
+    more = pair_runs(300, "mallory", "resnet18-bs32", "resnet18-bs32", 160, 4, start=40_000)
+    db3 = history_with(tmp_path, more)
+    assert not history.learn_pairs(db3, now=now)  # one user against Gavel's measured pair: held, not told
+    assert {(o.job_class, o.corunner_class) for o in history.local_pairs()} == {("alpha", "beta"), ("beta", "alpha")}
+    assert [(o.job_class, o.corunner_class) for o in local_observations(db3)] == \
+        [("alpha", "beta"), ("beta", "alpha")]
+    # jobs older than the feed's window are left to the refit (which derives from the whole history)
+    old = pair_runs(500, "carol", "alpha", "beta", 250, 2, start=20_000)  # norm 0.4: would move the median
+    db4 = history_with(tmp_path, old)
+    assert not history.learn_pairs(db4, now=20_000 + 8 * 86400)
+    assert history.learn_pairs(db4, now=30_000) and history.told_pairs[("v100", "alpha", "beta")] == \
+        pytest.approx(0.6, abs=0.01)  # within the window: alice's 0.8 and carol's 0.4, one vote each

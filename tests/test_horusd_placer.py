@@ -767,3 +767,32 @@ def test_a_rebuilt_policy_counts_the_sites_measured_pairs_and_keeps_what_it_lear
     assert gpu_type == "v100" and {names[a], names[b]} == {"a3c", "transformer-bs32"}
     assert rebuilt.fragmentation.counts[(1000, 1)] == 7
     assert rebuilt.pairs.known("v100")[rebuilt.pairs.classes.id("lm-bs20"), rebuilt.pairs.classes.id("resnet50-bs64")]
+
+
+def test_the_feed_rebuilds_the_policy_when_the_pairs_measured_here_change(tmp_path, monkeypatch):
+    import time
+
+    from slurm_horus.config import load_config
+    from slurm_horus.store.db import open_db
+
+    db_path = tmp_path / "h.db"
+    store_observations(db_path, [])
+    site = tmp_path / "horus.conf"
+    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {db_path}\npolicy = horus\n")
+    monkeypatch.setenv("HORUS_CONFIG", str(site))
+    horusd = Horusd(load_config(), reader=FixedReader(Snapshot([node("n1")], [], taken_at=1e12)),
+                    predictor_factory=lambda kind: MODEL)
+    before = horusd.placer
+    ids = before.policy.pairs.classes.id
+    a, b = ids("lm-bs20"), ids("resnet50-bs64")
+    assert not before.policy.pairs.known("v100")[a, b]
+    assert not horusd.history.learn_pairs(open_db(db_path))  # nothing measured: no rebuild
+    store_observations(db_path, [("v100", "lm-bs20", "resnet50-bs64", 0.4)])  # (as an ingest then a feed)
+    assert horusd.history.learn_pairs(open_db(db_path))
+    deadline = time.monotonic() + 10
+    while horusd.placer is before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    table = horusd.placer.policy.pairs
+    assert horusd.placer is not before
+    assert table.known("v100")[table.classes.id("lm-bs20"), table.classes.id("resnet50-bs64")]
+    assert table.tput("v100", "lm-bs20", "resnet50-bs64") == pytest.approx(0.4)

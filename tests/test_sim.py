@@ -348,7 +348,7 @@ def test_what_ended_jobs_tell_reaches_the_policy_at_the_live_cadence(monkeypatch
     assert estimates(learn_durations_every_s=0.0) == {"a": 3600, "b": 100, "c": 75}
     # horusd's feed every 300 s: a's run (at 100 s) and b's (150 s) are learned at the feed at 300 s,
     # handed over at c's arrival
-    assert SimOptions().learn_durations_every_s == 300.0 and SimOptions().learn_pairs_every_s == 3600.0
+    assert SimOptions().learn_durations_every_s == 300.0 and SimOptions().learn_pairs_every_s == 300.0
     assert estimates() == {"a": 3600, "b": 3600, "c": 75}
     assert estimates(learn_durations_every_s=math.inf) == {"a": 3600, "b": 3600, "c": 3600}
 

@@ -67,8 +67,12 @@ def _mean_util(db, job_id, shared):
     return row[0]
 
 
-def derive_observations(db, default_gpu_type="v100", since=None, now=None):
-    """Derive and store co-location observations; returns the list of stored rows (dicts)."""
+def derive_observations(db, default_gpu_type="v100", since=None, now=None, replace=True):
+    """Derive and store co-location observations; returns the list of derived rows (dicts).
+
+    ``since``: only from the jobs that ran since then (solo times too). ``replace=False`` keeps the
+    rows stored for a job already (horusd's feed: what the last derivation over the whole history
+    found stays until the next one)."""
     now = int(now if now is not None else time.time())
     jobs = [j for j in jobs_since(db, since) if j["end_time"] and holds_gpus(j)]
     sampled = sampled_gpus(db, [j["job_id"] for j in jobs])
@@ -124,8 +128,8 @@ def derive_observations(db, default_gpu_type="v100", since=None, now=None):
             conn.execute("DELETE FROM observations")
         if rows:
             columns = list(rows[0])
-            sql = "INSERT OR REPLACE INTO observations ({}) VALUES ({})".format(
-                ", ".join(columns), ", ".join("?" * len(columns)))
+            sql = "INSERT OR {} INTO observations ({}) VALUES ({})".format(
+                "REPLACE" if replace else "IGNORE", ", ".join(columns), ", ".join("?" * len(columns)))
             conn.executemany(sql, [tuple(r[c] for c in columns) for r in rows])
     return rows
 

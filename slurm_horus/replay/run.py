@@ -43,9 +43,9 @@ class Knowledge:
     minutes); a replay's fresh cluster has none and a replay lasts about 4 minutes, so the live
     knowledge is the time limit only (``"limit"``: the simulator's estimator that never learns); the
     trace's true durations are the simulator's ``"oracle"``.
-    ``pairs_learned``: whether the live system learns pairs while the replay runs. horusd's model
-    learns them at its refits (``refit_s``, an hour by default), from what ``horus ingest`` stored;
-    a replay lasts minutes and ingests nothing until it is over, so no: its simulator holds every pair
+    ``pairs_learned``: whether the live system learns pairs while the replay runs. horusd learns them
+    at its feed (every 5 minutes) and its model refits, from what ``horus ingest`` stored; a replay
+    lasts minutes and ingests nothing until it is over, so no: its simulator holds every pair
     measured until after the run (``SimOptions.learn_pairs_every_s`` infinite), where it would learn
     each at once.
     """

@@ -179,8 +179,10 @@ class Horusd:
         self.active = True
         self.in_control = None  # the controller in control, when there is a backup
         self._rebuilding = False  # took over, state not read from squeue yet
+        reload_soon = lambda: threading.Thread(target=self.reload, daemon=True).start()  # noqa: E731
+        # a refit stored a new model, or the feed found the pairs measured here changed: rebuild
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
-                               on_refit=lambda: threading.Thread(target=self.reload, daemon=True).start(),
+                               on_refit=reload_soon, on_pairs=reload_soon,
                                is_active=lambda: self.active, on_durations=self.set_durations,
                                duration_settings=duration_settings(config))
         self.placer = build_placer(config, predictor_factory, self.history)

@@ -1,5 +1,6 @@
 """horusd's link to the history database: record decisions, load the model in force, refit on a timer,
-feed the duration estimator (the run times of the finished jobs ``horus ingest`` stored).
+feed the duration estimator (the run times of the finished jobs ``horus ingest`` stored) and, at the
+same 5-minute feed, learn the pairs measured since (the policy is rebuilt with them).
 
 Nothing here runs on the decision path: decisions are queued and written by one background thread
 (SQLite connections stay in the thread that opened them), and a database that cannot be opened only
@@ -24,11 +25,12 @@ log = logging.getLogger("horusd")
 _STOP = object()
 DURATIONS_RELOAD_S = FEED_EVERY_S  # how often the duration estimator is fed again (horus-ingest.timer: 5 min)
 DURATION_JOBS = 20000  # the most recently ended GPU jobs it learns from (it keeps 10 per key)
+PAIRS_WINDOW_S = 7 * 86400  # the feed derives the pairs measured by jobs that ran this recently (a refit: all)
 
 
 class History:
     def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None, is_active=lambda: True,
-                 on_durations=None, durations_s=DURATIONS_RELOAD_S, duration_settings=None):
+                 on_durations=None, durations_s=DURATIONS_RELOAD_S, duration_settings=None, on_pairs=None):
         self.db_path = db_path
         self.is_active = is_active
         self.refit_s = refit_s
@@ -37,6 +39,8 @@ class History:
         self.on_durations = on_durations  # called with a freshly fed DurationEstimator
         self.durations_s = durations_s
         self.duration_settings = duration_settings  # the estimator's DurationSettings (None: defaults)
+        self.on_pairs = on_pairs  # called when the pairs measured here changed (horusd rebuilds its policy)
+        self.told_pairs = None  # {(gpu type, class, co-runner class): norm_tput} the last local_pairs gave
         self.pending = queue.Queue(maxsize=10000)
         self.recorded = 0
         self.failed = False
@@ -72,10 +76,41 @@ class History:
             from ..learn.loop import local_observations
             from ..store.db import open_db
 
-            return local_observations(open_db(self.db_path, create=False))
+            db = open_db(self.db_path, create=False)
+            try:
+                found = local_observations(db)
+            finally:
+                db.conn.close()
         except Exception as exc:  # a broken or unreadable DB must not stop horusd
             log.warning("horus: cannot read measured pairs from %s (%s); none counts as measured", self.db_path, exc)
             return []
+        self.told_pairs = _by_pair(found)
+        return found
+
+    def learn_pairs(self, db, now=None):
+        """The feed's part for pairs (every ``durations_s``, 5 min): derive the pairs measured by the jobs
+        that ran within ``PAIRS_WINDOW_S`` (the model refit derives from the whole history), screen
+        them as a refit does, and when the pairs measured here are not those the policy was told, say
+        so (``on_pairs``: horusd rebuilds its policy, which reads them). Returns whether they changed.
+        A pair is then known minutes after its jobs were ingested instead of at the next refit; the
+        simulator learns at this cadence too (``SimOptions.learn_pairs_every_s``)."""
+        from ..learn.loop import derive_observations, local_observations
+
+        now = time.time() if now is None else now
+        try:
+            derive_observations(db, self.gpu_type, since=now - PAIRS_WINDOW_S, now=now, replace=False)
+            found = _by_pair(local_observations(db))
+        except Exception as exc:
+            log.warning("horus: could not derive measured pairs: %s", exc)
+            return False
+        if found == (self.told_pairs or {}):
+            return False
+        log.info("horus: %d pairs measured here (%d before): the policy is rebuilt", len(found),
+                 len(self.told_pairs or {}))
+        self.told_pairs = found
+        if self.on_pairs is not None:
+            self.on_pairs()
+        return True
 
     # ---- durations ------------------------------------------------------------------------------
     def duration_estimator(self, db=None):
@@ -160,6 +195,7 @@ class History:
             if next_durations is not None and time.monotonic() >= next_durations:
                 next_durations = time.monotonic() + self.durations_s
                 self.load_durations(db)
+                self.learn_pairs(db)
         if db is not None:
             db.conn.close()
 
@@ -199,3 +235,7 @@ class History:
             pass
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+def _by_pair(observations):
+    return {(o.gpu_type, o.job_class, o.corunner_class): o.norm_tput for o in observations}

@@ -129,9 +129,10 @@ def _interval_text(seconds: float) -> str:
 @click.option("--slowdown-limit", default=None, type=float,
               help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--learn-pairs-every", "learn_pairs_every", default=None, type=float,
-              show_default="horusd's refit_s, 3600",
+              show_default="horusd's feed, 300",
               help="trace seconds between the times the policies learn the pairs measured meanwhile (horusd "
-                   "learns them at its model refits); 0: at once (an ideal learner); inf: never during the run")
+                   "learns them at its feed from the history store); 0: at once (an ideal learner); inf: "
+                   "never during the run")
 @click.option("--learn-durations-every", "learn_durations_every", default=None, type=float,
               show_default="horusd's feed, 300",
               help="the same for the run times the duration estimator learns (horusd feeds it from its history "

@@ -8,8 +8,8 @@ communication when spread over more nodes than needed, a slower micro-batch when
 set changes, the affected jobs' remaining work is settled and their completion events are re-issued
 (stale ones are skipped by a version number). The policy decides from its predictions only; each pair
 it sees running is measured when the pair ends and reported back to it (``Policy.observe``) at
-horusd's next model refit (``SimOptions.learn_pairs_every_s``, horusd's ``refit_s``), the way the live
-service learns from finished jobs. Durations likewise: by default (``durations="estimated"``) a job's
+horusd's next feed from the history store (``SimOptions.learn_pairs_every_s``, ``FEED_EVERY_S``), the
+way the live service learns from finished jobs. Durations likewise: by default (``durations="estimated"``) a job's
 ``predicted_duration`` is what the duration estimator of the placement core
 (``placement/duration.py``) says, from the run times of the jobs that finished earlier in the run and
 were fed to it by then (as horusd feeds it from sacct every ``FEED_EVERY_S``:
@@ -27,7 +27,6 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..config import SETTINGS
 from ..interference.classes import with_batch
 from ..placement import JobRequest
 from ..placement.cycle import CycleOptions, PendingQueue, may_reclaim, run_cycle
@@ -106,9 +105,9 @@ class SimJob:
 
 
 DURATION_MODES = ("estimated", "oracle", "limit")
-# how late horusd learns, with its defaults (trace seconds): pairs at each refit of its model
-# (``refit_s``), run times at each feed of its duration estimator from the history store
-LIVE_REFIT_S = SETTINGS["refit_s"].default
+# how late horusd learns (trace seconds): pairs and run times at each feed from the history store
+# (service/history.py: the estimator is fed afresh, the pairs measured since are derived, screened and
+# told to a rebuilt policy), every FEED_EVERY_S
 LIVE_FEED_S = FEED_EVERY_S
 
 
@@ -137,11 +136,11 @@ class SimOptions:
     # how late what ended jobs tell reaches the policy, in trace seconds: a pair measured
     # (``Policy.observe``) at the first event after the next multiple of ``learn_pairs_every_s``, a run
     # time (the duration estimator) after the next multiple of ``learn_durations_every_s``. The
-    # defaults are horusd's own cadence (it learns pairs at its model refits, run times when it feeds
-    # its estimator from the history store): the simulator knows what the live system knows. 0: at
-    # once (an ideal learner, the simulator's rule before 2026-11-29); math.inf: never during the run
-    # (a live run shorter than the refit, as a replay is)
-    learn_pairs_every_s: float = LIVE_REFIT_S
+    # defaults are horusd's own cadence (its 5-minute feed from the history store learns both; until
+    # 2026-11-29 it learned pairs only at its hourly model refits, 3600): the simulator knows what the
+    # live system knows. 0: at once (an ideal learner, the simulator's rule before 2026-11-29);
+    # math.inf: never during the run (a live run that ingests nothing until it is over, as a replay)
+    learn_pairs_every_s: float = LIVE_FEED_S
     learn_durations_every_s: float = LIVE_FEED_S
 
 
