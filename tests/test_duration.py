@@ -181,6 +181,8 @@ def test_simulate_estimates_durations_by_default_and_oracle_only_when_asked(tmp_
     assert "dur.err" in output and "exact" in output
     assert re.search(r"levels at the end (user\+class|class|user|site)( > (user\+class|class|user|site)){3}", output)
     assert len(sjf["estimator"]["order"].split(" > ")) == 4 and "to start with" not in output
+    assert "(median of recent runs: user+class > class > user > site, capped" in output  # the settings' order
+    assert est["learning"] == {"pairs_every_s": 300.0, "durations_every_s": 300.0}  # horusd's feed
     measured, _ = _run(base + ["--duration-levels", "measured"], tmp_path)
     assert "to start with, then the order the levels' estimates earned" in measured
     sources = est["policies"]["sjf"]["estimator"]["sources"]

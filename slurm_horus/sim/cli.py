@@ -248,7 +248,7 @@ def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
     mare = errors.get("mare")
     line = (f"durations: {options.durations}"
             + (" (the trace's)" if options.durations == "oracle" else
-               " (median of recent runs: user+class > class > user > site"
+               f" (median of recent runs: {' > '.join(settings.levels)}"
                + (" to start with, then the order the levels' estimates earned" if settings.adaptive else "")
                + ", capped by the time limit)")
             + f"; {limits}"
