@@ -504,6 +504,42 @@ def test_pair_table_calibration_moves_unmeasured_pairs_by_the_measured_residuals
     assert make_policy("horus", models_for(state, predictor)).pairs.calibrate == 0  # off: thresholds set without
 
 
+def test_calibrated_values_carry_the_spread_the_measured_pairs_showed():
+    """calibrate_spread: the source's σ (cf: 0.10) counts as ``calibrate`` pairs; the measured pairs'
+    errors left after the offsets, scaled by their leverage, are the rest of the evidence."""
+    state = cluster()
+    predictor = SourcedPredictor(default=0.5, sure={("a", "d")})
+    names = "abcdef"
+
+    def table_after(values):
+        table = PairTable(predictor, state.classes, calibrate=2.0)
+        table.calibrate_spread = True
+        for name in names:
+            table.tput("v100", name, "a")
+        for (t, c), value in values.items():
+            table.observe("v100", t, c, value)
+        ids = state.classes.ids
+        return table, lambda t, c: float(table.sigma("v100")[ids[t], ids[c]])
+
+    # every measured pair 0.1 above its prediction: the offsets explain them all, the spread narrows
+    pairs = [(t, c) for t in "abc" for c in "abc" if (t, c) != ("a", "a")]
+    even, sigma = table_after({pair: 0.6 for pair in pairs})
+    n = len(pairs)
+    assert sigma("a", "a") == pytest.approx(np.sqrt(2.0 * 0.1 ** 2 / (2.0 + n)), rel=0.05)
+    assert sigma("a", "d") == 0.0  # the predictor is sure: left alone
+    assert sigma("b", "c") == pytest.approx(0.05)  # measured: the measurement's own σ
+    # measured pairs the offsets cannot explain (a checkerboard): the spread grows past the source's
+    checker, sigma = table_after({(t, c): (0.9 if (ord(t) + ord(c)) % 2 else 0.1) for t, c in pairs})
+    assert sigma("a", "a") > 0.2 and sigma("d", "e") == sigma("a", "a")  # one spread for the GPU type
+    plain = PairTable(predictor, state.classes, calibrate=2.0)
+    for name in names:
+        plain.tput("v100", name, "a")
+    plain.observe("v100", "b", "c", 0.9)
+    assert float(plain.sigma("v100")[state.classes.ids["a"], state.classes.ids["a"]]) == 0.1  # option off
+    assert make_policy("horus-risk/calibrate_spread=true", models_for(state, predictor)).pairs.calibrate_spread
+    assert not make_policy("horus-risk", models_for(state, predictor)).pairs.calibrate_spread
+
+
 @pytest.mark.parametrize("name", POLICY_NAMES)
 def test_every_policy_places_on_an_empty_cluster(name):
     state = build_cluster([NodeGroup(1, 2, "v100", 16000.0, ("train", "infer", "default"))])

@@ -22,6 +22,8 @@ seen at 0), and an unmeasured pair is predicted ``prior + μ + β_target + γ_co
 A new GPU type is then learned from a few measured pairs per class instead of one pair at a time: on
 the three truths of ``bench/bench_robust.py`` these offsets, fitted on every pair, take the predictors'
 mean absolute error from 0.214 / 0.136 / 0.162 (V100 / P100 / RTX 3090) to 0.124 / 0.065 / 0.066.
+With ``calibrate_spread`` as well, a corrected value's σ is no longer its source's but what the
+corrections showed (:meth:`PairTable._calibrate_spread`).
 """
 
 from collections import deque
@@ -76,6 +78,8 @@ class PairTable:
         self._sigma: Dict[str, np.ndarray] = {}
         self._filled: Dict[str, int] = {}
         self._prior: Dict[str, np.ndarray] = {}  # the predictor's values (what calibration corrects)
+        self._prior_sigma: Dict[str, np.ndarray] = {}  # their spreads by source (calibrate_spread corrects)
+        self.calibrate_spread = False  # calibrated values carry the spread the offsets showed (docstring)
         self._reset_at = 0  # n_observations when every unmeasured value last changed (calibration)
         self._observed: Dict[Tuple[str, str, str], Tuple[float, int]] = {}
         self.n_observations = 0
@@ -93,10 +97,11 @@ class PairTable:
         return self._mats[gpu_type]
 
     def _grow(self, gpu_type: str, old: int, n: int):
-        mat, prior = np.zeros((n, n)), np.zeros((n, n))
+        mat, prior, prior_sigma = np.zeros((n, n)), np.zeros((n, n)), np.zeros((n, n))
         if old:
             mat[:old, :old] = self._mats[gpu_type][:old, :old]
             prior[:old, :old] = self._prior[gpu_type][:old, :old]
+            prior_sigma[:old, :old] = self._prior_sigma[gpu_type][:old, :old]
         names = self.classes.names[:n]
         # every pair touching a new class: new rows fully, new columns of old rows
         ta, tb = [], []
@@ -114,6 +119,7 @@ class PairTable:
         if not self.exact:
             sigma[np.array(ta), np.array(tb)] = _sigma_block(self.predictor, [names[a] for a in ta],
                                                              [names[b] for b in tb], gpu_type)
+            prior_sigma[np.array(ta), np.array(tb)] = sigma[np.array(ta), np.array(tb)]
         known = np.full((n, n), self.exact)
         for (t, a_name, b_name), (mean, count) in self._observed.items():
             a, b = self.classes.ids.get(a_name, n), self.classes.ids.get(b_name, n)
@@ -125,6 +131,7 @@ class PairTable:
         self._sigma[gpu_type] = sigma
         self._known[gpu_type] = known
         self._prior[gpu_type] = prior
+        self._prior_sigma[gpu_type] = prior_sigma
         self._filled[gpu_type] = n
         if self.calibrate > 0 and self.learn and not self.exact:
             self._calibrate(gpu_type)
@@ -141,9 +148,28 @@ class PairTable:
         beta = left.sum(axis=1) / (seen.sum(axis=1) + lam)
         left -= beta[:, None] * seen
         gamma = left.sum(axis=0) / (seen.sum(axis=0) + lam)
-        adjust = ~known & (self._sigma[gpu_type] > 0)
-        mat[adjust] = np.clip(prior + mu + beta[:, None] + gamma[None, :], 0.0, 1.5)[adjust]
+        fitted = mu + beta[:, None] + gamma[None, :]
+        adjust = ~known & (self._prior_sigma[gpu_type] > 0)
+        mat[adjust] = np.clip(prior + fitted, 0.0, 1.5)[adjust]
+        if self.calibrate_spread:
+            self._calibrate_spread(gpu_type, seen, residual - fitted * seen, lam, adjust)
         self._reset_at = self.n_observations
+
+    def _calibrate_spread(self, gpu_type: str, seen: np.ndarray, left: np.ndarray, lam: float,
+                          adjust: np.ndarray):
+        """The spread of a calibrated value: the measured pairs' errors left after the offsets, each
+        scaled up by its leverage (its weight in the three shrunk means that fitted it, so that it
+        stands for a pair the offsets were not fitted on), their root mean square blended with the
+        predictor's spread by source, which counts as ``calibrate`` pairs (the offsets' shrinkage)."""
+        n = float(seen.sum())
+        if n == 0:
+            return
+        leverage = 1.0 / (n + lam) + 1.0 / (seen.sum(axis=1)[:, None] + lam) + 1.0 / (seen.sum(axis=0)[None, :] + lam)
+        out_of_fit = left / np.maximum(1.0 - leverage, 0.05)
+        mean_square = float((out_of_fit * out_of_fit * seen).sum()) / n
+        prior_sigma = self._prior_sigma[gpu_type]
+        blended = np.sqrt((lam * prior_sigma * prior_sigma + n * mean_square) / (lam + n))
+        self._sigma[gpu_type][adjust] = blended[adjust]
 
     def bind(self, classes: ClassIndex):
         """Use ``classes`` (a ClusterState's index) from now on; matrices are rebuilt lazily."""
@@ -154,6 +180,7 @@ class PairTable:
             self._sigma.clear()
             self._filled.clear()
             self._prior.clear()
+            self._prior_sigma.clear()
 
     def tput(self, gpu_type: str, target: str, corunner: str) -> float:
         a, b = self.classes.id(target), self.classes.id(corunner)

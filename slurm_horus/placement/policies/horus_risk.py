@@ -58,7 +58,7 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
 The one remaining parameter of the pairing rule, ``risk`` (how many standard deviations of the benefit
 a pair must clear), is chosen by cross-validation (``bench/bench_robust.py``: tuned on one GPU type and
 trace family, scored on the others), and so are ``explore_budget``, ``explore_once``, ``guard``,
-``calibrate`` and ``queue``.
+``calibrate``, ``calibrate_spread`` and ``queue``.
 ``--explain`` lists, per candidate GPU, B and R.
 """
 
@@ -137,6 +137,7 @@ class HorusRisk(Horus):
     explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
     explore_once = False  # an explored pair is not explored again until measured (docstring; cross-validated: off)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
+    calibrate_spread = False  # corrected values carry the spread the corrections showed (PairTable; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
     guard = 0.0  # makespan guard (see the docstring); 0: off
     guard_queue = 2.0
@@ -147,6 +148,8 @@ class HorusRisk(Horus):
 
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, fragmentation=fragmentation, **options)
+        if pairs is not None and self.calibrate > 0 and self.calibrate_spread:
+            pairs.calibrate_spread = True
         self.explored = {}  # GPU type -> jobs placed with an unknown pair on the benefit alone
         self._exploring = {}  # job id -> (GPU type, class ids of the pair), for a decision that explores
         self._pending = {}  # GPU type -> {(class id, class id)}: explored, not measured yet (explore_once)
