@@ -796,3 +796,33 @@ def test_the_feed_rebuilds_the_policy_when_the_pairs_measured_here_change(tmp_pa
     assert horusd.placer is not before
     assert table.known("v100")[table.classes.id("lm-bs20"), table.classes.id("resnet50-bs64")]
     assert table.tput("v100", "lm-bs20", "resnet50-bs64") == pytest.approx(0.4)
+
+
+def test_a_reload_that_fails_in_the_background_is_one_warning_and_the_running_policy_stays(
+        tmp_path, monkeypatch, caplog):
+    import logging
+    import threading
+    import time
+
+    from slurm_horus.config import load_config
+
+    site = tmp_path / "horus.conf"
+    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {tmp_path / 'h.db'}\npolicy = horus\n")
+    monkeypatch.setenv("HORUS_CONFIG", str(site))
+    horusd = Horusd(load_config(), reader=FixedReader(Snapshot([node("n1")], [], taken_at=1e12)),
+                    predictor_factory=lambda kind: MODEL)
+    before = horusd.placer
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", lambda info: escaped.append(info))
+    site.write_text(site.read_text() + "policy = no-such-policy\n")  # an admin halfway through an edit
+    with caplog.at_level(logging.WARNING, logger="horusd"):
+        horusd.history.on_pairs()  # the feed found new pairs: horusd reloads in the background
+        deadline = time.monotonic() + 10
+        while not any("reload after" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    warnings = [r.getMessage() for r in caplog.records if "reload after" in r.getMessage()]
+    assert len(warnings) == 1 and "new pairs measured" in warnings[0] and "no-such-policy" in warnings[0]
+    assert not escaped and horusd.placer is before and horusd.placer.policy.name == "horus"
+    answer = horusd.decide({"op": "reload"})  # the controller socket's reload says why
+    assert answer["ok"] is False and "reload failed" in answer["error"] and "no-such-policy" in answer["error"]
+    assert horusd.placer is before

@@ -179,10 +179,10 @@ class Horusd:
         self.active = True
         self.in_control = None  # the controller in control, when there is a backup
         self._rebuilding = False  # took over, state not read from squeue yet
-        reload_soon = lambda: threading.Thread(target=self.reload, daemon=True).start()  # noqa: E731
         # a refit stored a new model, or the feed found the pairs measured here changed: rebuild
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
-                               on_refit=reload_soon, on_pairs=reload_soon,
+                               on_refit=lambda: self.reload_soon("a model refit"),
+                               on_pairs=lambda: self.reload_soon("new pairs measured"),
                                is_active=lambda: self.active, on_durations=self.set_durations,
                                duration_settings=duration_settings(config))
         self.placer = build_placer(config, predictor_factory, self.history)
@@ -246,7 +246,11 @@ class Horusd:
                                  f"({self.in_control or 'none'} is)").wire()
             return error("standby")
         if op == "reload":
-            self.reload()
+            try:
+                self.reload()
+            except Exception as exc:  # (a site file being edited): say why; the running one stays
+                log.warning("horus: reload failed, the running config and policy stay: %s", exc)
+                return error(f"reload failed, the running config and policy stay: {exc}")
             return {"ok": True, "reloaded": True}
         if op == "confirm":
             return self.placer.confirm(request).wire()
@@ -477,6 +481,17 @@ class Horusd:
             except Exception:  # the queue must not stop: a kept job's lease runs out on its own anyway
                 log.exception("horus: scheduling cycle failed")
 
+    def reload_soon(self, why):
+        """Reload in a thread of its own (SIGHUP, a refit, the feed); a reload that fails (a site file
+        being edited, say) is one warning line, and the running config and policy stay."""
+        def run():
+            try:
+                self.reload()
+            except Exception as exc:
+                log.warning("horus: reload after %s failed, the running config and policy stay: %s", why, exc)
+
+        threading.Thread(target=run, name="horusd-reload", daemon=True).start()
+
     def reload(self):
         """Re-read the site file and model; swap them in without dropping requests. One at a time."""
         with self._reload_lock:
@@ -615,7 +630,7 @@ class Horusd:
 
     def serve_forever(self):
         self.start()
-        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, daemon=True).start())
+        signal.signal(signal.SIGHUP, lambda *_: self.reload_soon("SIGHUP"))
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
         self.run_until_stopped()
