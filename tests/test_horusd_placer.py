@@ -727,6 +727,18 @@ def store_observations(db_path, rows):
     db.conn.close()
 
 
+def site_horusd(tmp_path, monkeypatch, policy, db_path, nodes=("n1",)):
+    """A Horusd reading the site file ``tmp_path/horus.conf`` (what a reload re-reads), returned with it."""
+    from slurm_horus.config import load_config
+
+    site = tmp_path / "horus.conf"
+    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {db_path}\npolicy = {policy}\n")
+    monkeypatch.setenv("HORUS_CONFIG", str(site))
+    horusd = Horusd(load_config(), reader=FixedReader(Snapshot([node(n) for n in nodes], [], taken_at=1e12)),
+                    predictor_factory=lambda kind: MODEL)
+    return horusd, site
+
+
 def test_a_rebuilt_policy_counts_the_sites_measured_pairs_and_keeps_what_it_learned(tmp_path, monkeypatch):
     """horusd builds its policy afresh at start and at every reload (an hourly refit reloads); the
     simulator keeps one policy and tells it each measured pair. Live must agree: the pairs measured
@@ -737,13 +749,7 @@ def test_a_rebuilt_policy_counts_the_sites_measured_pairs_and_keeps_what_it_lear
     store_observations(db_path, [("v100", "lm-bs20", "resnet50-bs64", prior + 0.02),
                                  ("v100", "resnet50-bs64", "lm-bs20", 0.5),
                                  ("v100", "a3c", "cyclegan", 0.95)])  # one user, far from Gavel's: held
-    site = tmp_path / "horus.conf"
-    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {db_path}\npolicy = horus-risk/explore_once=true\n")
-    monkeypatch.setenv("HORUS_CONFIG", str(site))
-    from slurm_horus.config import load_config
-
-    horusd = Horusd(load_config(), reader=FixedReader(Snapshot([node("n1"), node("n2")], [], taken_at=1e12)),
-                    predictor_factory=lambda kind: MODEL)
+    horusd, _site = site_horusd(tmp_path, monkeypatch, "horus-risk/explore_once=true", db_path, ("n1", "n2"))
     policy = horusd.placer.policy
     ids, kn = policy.pairs.classes.id, policy.pairs.known("v100")
     assert kn[ids("lm-bs20"), ids("resnet50-bs64")] and kn[ids("resnet50-bs64"), ids("lm-bs20")]
@@ -772,16 +778,11 @@ def test_a_rebuilt_policy_counts_the_sites_measured_pairs_and_keeps_what_it_lear
 def test_the_feed_rebuilds_the_policy_when_the_pairs_measured_here_change(tmp_path, monkeypatch):
     import time
 
-    from slurm_horus.config import load_config
     from slurm_horus.store.db import open_db
 
     db_path = tmp_path / "h.db"
     store_observations(db_path, [])
-    site = tmp_path / "horus.conf"
-    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {db_path}\npolicy = horus\n")
-    monkeypatch.setenv("HORUS_CONFIG", str(site))
-    horusd = Horusd(load_config(), reader=FixedReader(Snapshot([node("n1")], [], taken_at=1e12)),
-                    predictor_factory=lambda kind: MODEL)
+    horusd, _site = site_horusd(tmp_path, monkeypatch, "horus", db_path)
     before = horusd.placer
     ids = before.policy.pairs.classes.id
     a, b = ids("lm-bs20"), ids("resnet50-bs64")
@@ -804,13 +805,7 @@ def test_a_reload_that_fails_in_the_background_is_one_warning_and_the_running_po
     import threading
     import time
 
-    from slurm_horus.config import load_config
-
-    site = tmp_path / "horus.conf"
-    site.write_text(f"socket = {tmp_path / 's.sock'}\ndb = {tmp_path / 'h.db'}\npolicy = horus\n")
-    monkeypatch.setenv("HORUS_CONFIG", str(site))
-    horusd = Horusd(load_config(), reader=FixedReader(Snapshot([node("n1")], [], taken_at=1e12)),
-                    predictor_factory=lambda kind: MODEL)
+    horusd, site = site_horusd(tmp_path, monkeypatch, "horus", tmp_path / "h.db")
     before = horusd.placer
     escaped = []
     monkeypatch.setattr(threading, "excepthook", lambda info: escaped.append(info))
