@@ -773,6 +773,8 @@ def test_a_rebuilt_policy_counts_the_sites_measured_pairs_and_keeps_what_it_lear
     assert gpu_type == "v100" and {names[a], names[b]} == {"a3c", "transformer-bs32"}
     assert rebuilt.fragmentation.counts[(1000, 1)] == 7
     assert rebuilt.pairs.known("v100")[rebuilt.pairs.classes.id("lm-bs20"), rebuilt.pairs.classes.id("resnet50-bs64")]
+    ping = horusd.decide({"op": "ping"})  # what an admin sees: two measured pairs, the budget spent
+    assert ping["pairs_measured"] == 2 and ping["policy_counters"] == {"explored:v100": 5} and ping["reloads"] == 1
 
 
 def test_the_feed_rebuilds_the_policy_when_the_pairs_measured_here_change(tmp_path, monkeypatch):

@@ -198,9 +198,25 @@ def test_horusd_estimates_run_times_from_its_history_store(clean):
         pong = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
         order = pong["duration_order"].split(" > ")
         assert order.index("user") < order.index("class"), order  # (fixed: class before user)
+        # a pair measured here (as the feed stores one) counts as measured after the next rebuild
+        db["observations"].insert({"cluster": "history", "job_id": 9999, "corunner_job_id": 9998,
+                                   "gpu_type": "v100", "job_class": "c1", "corunner_class": "c2",
+                                   "norm_tput": 0.7})
+        assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60)["reloaded"]
+        after = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
+        assert after["pairs_measured"] == pong["pairs_measured"] + 1 and after["reloads"] == pong["reloads"] + 1
+        # a site file halfway through an edit: the reload says why, and the running policy stays
+        clean.horus_config.write_text(site_file + "\npolicy = no-such-policy\n")
+        assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60) is None  # (not ok)
+        still = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
+        assert still["reloads"] == after["reloads"] and still["policy"] == after["policy"]
+        warned = [line for line in (clean.root / "log" / "horusd.log").read_text().splitlines()
+                  if "reload failed, the running config and policy stay" in line]
+        assert len(warned) == 1 and "no-such-policy" in warned[0] and "Traceback" not in warned[0]
     finally:
         clean.horus_config.write_text(site_file)
         db["jobs"].delete_where("cluster = ?", ["history"])
+        db["observations"].delete_where("cluster = ?", ["history"])
         assert protocol.ask({"op": "reload"}, clean.horus_socket, timeout_s=60)["reloaded"]
     pong = protocol.ask({"op": "ping"}, clean.horus_socket, timeout_s=2)
     assert pong["duration_order"] == "user+class > class > user > site"

@@ -206,6 +206,7 @@ class Horusd:
         self._threads = []  # vital background threads: if one dies, horusd exits (its supervisor restarts it)
         self.fatal = None  # why horusd must exit
         self._reload_lock = threading.Lock()  # SIGHUP, a refit and the controller socket may all ask at once
+        self.reloads = 0  # reloads done (SIGHUP, reload, a refit, the feed's new pairs): ping says
         self.frontend.on_fatal = self._die
 
     def set_durations(self, estimator):
@@ -235,7 +236,9 @@ class Horusd:
                     "jobs": len(self.placer.state.jobs) if self.placer.state is not None else 0,
                     "duration_history_jobs": self.placer.durations.observed,
                     "duration_order": self.placer.durations.order_text,
-                    "ended_notices": self.ended_notices}
+                    "pairs_measured": len(self.history.told_pairs or ()),
+                    "policy_counters": self.placer.policy.counters() if self.placer.policy is not None else {},
+                    "reloads": self.reloads, "ended_notices": self.ended_notices}
         if not self.active and op != "reload":
             if op in ("claim", "left"):
                 return None  # notifications
@@ -520,6 +523,7 @@ class Horusd:
             log.warning("horus: reload kept the old state: %s", exc)
             placer.state, placer.snapshot_time = old.state, old.snapshot_time
         self.placer = placer
+        self.reloads += 1
         log.info("horus: reloaded config (policy=%s binding=%s)", config.policy, config.binding)
 
     # ---- failover -------------------------------------------------------------------------------
