@@ -1,12 +1,14 @@
 """horus-risk: the flagship's candidate rule, pairs decided under prediction uncertainty (issue 13).
 
-Not the default yet: on ``bench_robust.py``'s held-out cases it does better than ``horus``, but a
+Not the default yet. The cross-validation prefers it: tuned on V100 × Philly 1-GPU with pairs
+learned at horusd's feed, ``horus`` scored +0.080 and ``horus-risk`` −0.066 (mean log-ratio of mean
+JCT to the best other policy's, 2026-11-29), and on ``bench_sim.py`` at load 3 its makespan gain is
+now the larger (−23.6 / −27.0 / −16.6 % against −22.6 / −22.9 / −15.8 %, seeds 0 / 1 / 2). But a
 cycle over 5,000 pending jobs on 1,024 × 8 GPUs takes 51–57/76–82 ms CPU p50/p99 (goal 50; ``horus``
-32/49–52 in the same runs, 2026-11-29: a 1-GPU job is weighed only on the resident classes that
-may win, :meth:`HorusRisk._best_pair`, a multi-GPU job on every feasible GPU), and on
-``bench_sim.py`` at load 3 its makespan gain is smaller (−26.9 % against −31.2 %, seed 0,
-estimated durations; that setup is where ``horus``'s thresholds were chosen). Figures:
-docs/simulator.md, "horus-risk". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
+32/49–52 in the same runs, 2026-11-29; 46/68 against 36/60 on a slower hour of the same VM: a 1-GPU
+job is weighed only on the resident classes that may win, :meth:`HorusRisk._best_pair`, a multi-GPU
+job on every feasible GPU). Figures: docs/simulator.md, "horus-risk" and "Learning at horusd's
+cadence". Run it with ``--policies horus-risk`` or ``policy = horus-risk``.
 
 Source: this project, combining the SJF queue order and the completion-time test of SJF-BSBF
 (arXiv 2407.13088), the benefit-aware pairing of Horus (TPDS 2022) and Gavel's observation that a
