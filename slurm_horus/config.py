@@ -80,6 +80,9 @@ SETTINGS = {
         Setting("refresh_s", _parse_positive_float, 2.0, "how often horusd re-reads sinfo/squeue"),
         Setting("refit_s", float, 3600.0,
                 "horusd refits the model from the history database this often (seconds; 0: never)"),
+        Setting("learn_pairs", parse_bool, True,
+                "every 5 minutes horusd derives the pairs measured by recent jobs and counts them as "
+                "measured (no: only what a refit or a reload finds)"),
         Setting("offers", parse_bool, True,
                 "horusd publishes its next placement per job class and job_submit.lua takes one "
                 "without a round trip (no: every GPU job asks horusd)"),

@@ -823,3 +823,24 @@ def test_a_reload_that_fails_in_the_background_is_one_warning_and_the_running_po
     answer = horusd.decide({"op": "reload"})  # the controller socket's reload says why
     assert answer["ok"] is False and "reload failed" in answer["error"] and "no-such-policy" in answer["error"]
     assert horusd.placer is before
+
+
+@pytest.mark.parametrize("learn", [True, False])
+def test_the_site_setting_learn_pairs_turns_the_feeds_pair_learning_on_and_off(tmp_path, learn):
+    import time
+
+    from slurm_horus.config import load_config
+    from slurm_horus.service.history import History
+
+    db_path = tmp_path / "h.db"
+    store_observations(db_path, [("v100", "lm-bs20", "resnet50-bs64", 0.4)])
+    config = load_config({"db": str(db_path), "learn_pairs": "yes" if learn else "no"}, environ={})
+    told = []
+    history = History(str(db_path), durations_s=0.05, on_pairs=lambda: told.append(1),
+                      learn_pairs=config.learn_pairs)
+    history.start()
+    deadline = time.monotonic() + (10 if learn else 1)
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.02)
+    history.stop()
+    assert bool(told) is learn

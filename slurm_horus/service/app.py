@@ -181,6 +181,7 @@ class Horusd:
         self._rebuilding = False  # took over, state not read from squeue yet
         # a refit stored a new model, or the feed found the pairs measured here changed: rebuild
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
+                               learn_pairs=config.learn_pairs,
                                on_refit=lambda: self.reload_soon("a model refit"),
                                on_pairs=lambda: self.reload_soon("new pairs measured"),
                                is_active=lambda: self.active, on_durations=self.set_durations,
@@ -504,6 +505,7 @@ class Horusd:
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
         self.history.duration_settings = duration_settings(config)  # (duration_levels may have changed)
+        self.history.learn_pairs_at_feed = config.learn_pairs
         self.durations = self.history.duration_estimator() or self.durations  # the run times ingested since
         if self.durations is not None:
             placer.set_durations(self.durations)

@@ -30,7 +30,8 @@ PAIRS_WINDOW_S = 7 * 86400  # the feed derives the pairs measured by jobs that r
 
 class History:
     def __init__(self, db_path, refit_s=0.0, gpu_type="v100", on_refit=None, is_active=lambda: True,
-                 on_durations=None, durations_s=DURATIONS_RELOAD_S, duration_settings=None, on_pairs=None):
+                 on_durations=None, durations_s=DURATIONS_RELOAD_S, duration_settings=None, on_pairs=None,
+                 learn_pairs=True):
         self.db_path = db_path
         self.is_active = is_active
         self.refit_s = refit_s
@@ -40,6 +41,7 @@ class History:
         self.durations_s = durations_s
         self.duration_settings = duration_settings  # the estimator's DurationSettings (None: defaults)
         self.on_pairs = on_pairs  # called when the pairs measured here changed (horusd rebuilds its policy)
+        self.learn_pairs_at_feed = learn_pairs  # the site's learn_pairs: the feed derives pairs too
         self.told_pairs = None  # {(gpu type, class, co-runner class): norm_tput} the last local_pairs gave
         self.pending = queue.Queue(maxsize=10000)
         self.recorded = 0
@@ -195,7 +197,8 @@ class History:
             if next_durations is not None and time.monotonic() >= next_durations:
                 next_durations = time.monotonic() + self.durations_s
                 self.load_durations(db)
-                self.learn_pairs(db)
+                if self.learn_pairs_at_feed:
+                    self.learn_pairs(db)
         if db is not None:
             db.conn.close()
 
