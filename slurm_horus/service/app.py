@@ -183,7 +183,8 @@ class Horusd:
         self.history = History(config.db, refit_s=config.refit_s, gpu_type=config.gpu_type,
                                learn_pairs=config.learn_pairs,
                                on_refit=lambda: self.reload_soon("a model refit"),
-                               on_pairs=lambda: self.reload_soon("new pairs measured"),
+                               # (the feed has just handed over fresh run times: not read again)
+                               on_pairs=lambda: self.reload_soon("new pairs measured", read_durations=False),
                                is_active=lambda: self.active, on_durations=self.set_durations,
                                duration_settings=duration_settings(config))
         self.placer = build_placer(config, predictor_factory, self.history)
@@ -485,28 +486,30 @@ class Horusd:
             except Exception:  # the queue must not stop: a kept job's lease runs out on its own anyway
                 log.exception("horus: scheduling cycle failed")
 
-    def reload_soon(self, why):
+    def reload_soon(self, why, read_durations=True):
         """Reload in a thread of its own (SIGHUP, a refit, the feed); a reload that fails (a site file
         being edited, say) is one warning line, and the running config and policy stay."""
         def run():
             try:
-                self.reload()
+                self.reload(read_durations)
             except Exception as exc:
                 log.warning("horus: reload after %s failed, the running config and policy stay: %s", why, exc)
 
         threading.Thread(target=run, name="horusd-reload", daemon=True).start()
 
-    def reload(self):
-        """Re-read the site file and model; swap them in without dropping requests. One at a time."""
+    def reload(self, read_durations=True):
+        """Re-read the site file and model (and the run times, unless ``read_durations`` is false);
+        swap them in without dropping requests. One at a time."""
         with self._reload_lock:
-            self._reload()
+            self._reload(read_durations)
 
-    def _reload(self):
+    def _reload(self, read_durations=True):
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
         self.history.duration_settings = duration_settings(config)  # (duration_levels may have changed)
         self.history.learn_pairs_at_feed = config.learn_pairs
-        self.durations = self.history.duration_estimator() or self.durations  # the run times ingested since
+        if read_durations:  # the run times ingested since
+            self.durations = self.history.duration_estimator() or self.durations
         if self.durations is not None:
             placer.set_durations(self.durations)
         old = self.placer

@@ -40,8 +40,8 @@ uncertainty instead of fixed thresholds. Rule, per job in queue order (shortest 
   expected benefit alone (``B > 0``, risk not counted) while the GPU type's exploration budget lasts
   (``explore_budget`` jobs per GPU type); each such placement spends one (``explored``). With
   ``explore_once`` (off by default: cross-validated) a pair once explored is not explored again until
-  it is measured: horusd learns pairs at its model refits (hourly), and until then another job of the
-  same pair pays the budget for nothing learned (it is weighed with its risk meanwhile);
+  it is measured: horusd learns pairs at its 5-minute feed, and until then another job of the same
+  pair pays the budget for nothing learned (it is weighed with its risk meanwhile);
 * every pair observed while it runs replaces the model's prediction for that pair (learning), which
   narrows its spread; it also corrects the pairs not measured yet, by the offsets of the GPU type and
   of each class that the measured pairs show (``calibrate``, the shrinkage, ``PairTable.calibrate``:
@@ -169,10 +169,18 @@ class HorusRisk(Horus):
         super().observe(gpu_type, target, corunner, norm_tput)
         pending = self._pending.get(gpu_type)
         if pending and self.pairs is not None:  # measured both ways: no longer pending
-            a, b = self.pairs.classes.id(target), self.pairs.classes.id(corunner)
-            kn = self.pairs.known(gpu_type)
-            if kn[a, b] and kn[b, a]:
-                pending.discard((min(a, b), max(a, b)))
+            pair = self._pair_of(target, corunner)
+            if self._measured_both_ways(gpu_type, pair):
+                pending.discard(pair)
+
+    def _pair_of(self, a_name, b_name):
+        """The pair's key in ``_exploring`` and ``_pending``: its class ids in this table, smaller first."""
+        a, b = self.pairs.classes.id(a_name), self.pairs.classes.id(b_name)
+        return (a, b) if a <= b else (b, a)
+
+    def _measured_both_ways(self, gpu_type, pair):
+        kn = self.pairs.known(gpu_type)  # (after _pair_of: the matrix grows with a class new to it)
+        return bool(kn[pair[0], pair[1]] and kn[pair[1], pair[0]])
 
     def carry_over(self, old):
         """A rebuilt horus-risk (horusd's reload) goes on with the budget spent and the pairs explored
@@ -181,20 +189,17 @@ class HorusRisk(Horus):
         super().carry_over(old)
         if not isinstance(old, HorusRisk):
             return
-        for gpu_type, count in old.explored.items():
-            self.explored[gpu_type] = self.explored.get(gpu_type, 0) + count
+        self.explored = dict(old.explored)
         names = old.pairs.classes.names if old.pairs is not None else None
         if names is None or self.pairs is None:
             return
-        ids = self.pairs.classes.id
         for job_id, (gpu_type, (a, b)) in old._exploring.items():
-            self._exploring.setdefault(job_id, (gpu_type, tuple(sorted((ids(names[a]), ids(names[b]))))))
+            self._exploring.setdefault(job_id, (gpu_type, self._pair_of(names[a], names[b])))
         for gpu_type, pending in old._pending.items():
             for a, b in pending:
-                x, y = sorted((ids(names[a]), ids(names[b])))
-                kn = self.pairs.known(gpu_type)  # (grows with a class new to the table)
-                if not (kn[x, y] and kn[y, x]):
-                    self._pending.setdefault(gpu_type, set()).add((x, y))
+                pair = self._pair_of(names[a], names[b])
+                if not self._measured_both_ways(gpu_type, pair):
+                    self._pending.setdefault(gpu_type, set()).add(pair)
 
     def _pending_row(self, gpu_type, c, n):
         """Per class id below ``n``, and a trailing False (a free GPU's -1): whether the pair of ``c``
