@@ -662,3 +662,99 @@ def test_a_wait_kept_when_the_partner_that_eased_its_tests_is_on_no_gpu_it_may_t
     queue.remove("p0")
     start, order = placer(state, policy, now=20.0)
     assert run_cycle(state, policy, queue, 20.0, start).waiting["b0"] == KNOWN_WAIT and order == []
+
+
+def test_sharing_pairs_follow_the_cluster_state():
+    """The pairs of classes sharing a GPU, read from the state's change log (and afresh for another
+    state): counts per GPU type and pair, and whether a watched pair started or stopped sharing."""
+    from slurm_horus.placement.sharing import SharingPairs
+
+    state = cluster(nodes=2, gpus=2)
+    pairs, watched = SharingPairs(), []
+
+    def watch(key):
+        watched.append(key)
+        return key[1:] == (state.classes.ids["a"], state.classes.ids["b"])
+
+    state.place(RunningJob("a0", "a", (0,), 0.0, 100.0))
+    state.place(RunningJob("b0", "b", (0,), 0.0, 100.0))
+    assert pairs.update(state, watch)  # read afresh: the a-b pair shares GPU 0
+    a, b = state.classes.ids["a"], state.classes.ids["b"]
+    assert pairs.count == {(0, a, b): 1} and pairs.pairs(0) == [(a, b)]
+    assert not pairs.update(state, watch)  # nothing new
+    state.place(RunningJob("a1", "a", (1, 2), 0.0, 100.0))
+    state.place(RunningJob("b1", "b", (1, 2), 0.0, 100.0))
+    assert not pairs.update(state, watch)  # more GPUs of a pair already sharing
+    assert pairs.count == {(0, a, b): 3}
+    state.place(RunningJob("c3", "c", (3,), 0.0, 100.0))
+    state.place(RunningJob("a3", "a", (3,), 0.0, 100.0))
+    watched.clear()
+    assert not pairs.update(state, watch)  # a-c shares now: not a watched pair
+    c = state.classes.ids["c"]
+    assert watched == [(0, a, c)] and pairs.count == {(0, a, b): 3, (0, a, c): 1}
+    state.release("b1")
+    state.release("b0")
+    assert pairs.update(state, watch)  # a-b left its last GPU
+    assert pairs.count == {(0, a, c): 1}
+    other = cluster(nodes=1, gpus=2)
+    other.place(RunningJob("x", "a", (1,), 0.0, 100.0))
+    other.place(RunningJob("y", "a", (1,), 0.0, 100.0))
+    assert not pairs.update(other, watch)  # another state: read afresh, a-a is not watched
+    assert pairs.count == {(0, a, a): 1}
+
+
+def test_horus_forms_a_pair_only_predicted_once_at_a_time():
+    """``probe_once``: four short jobs of class a could each join one of four long residents of class a
+    (predicted 0.6 each, combined 1.2: a pair only predicted passes); one cycle forms the pair once
+    and the others wait (without the rule, all four share). When the probe leaves, another job may
+    probe (the waits kept are asked again); once the pair is measured, the rest share at once."""
+    def setup(**options):
+        state = cluster(nodes=4, gpus=1)
+        policy = table_policy("horus", state, {("a", "a"): 0.6}, **options)
+        for g in range(4):
+            state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
+        queue = PendingQueue(policy)
+        for k in range(4):
+            queue.add(req(f"j{k}", duration=300.0 + k, cls="a", submit=float(k)))
+        return state, policy, queue
+
+    state, policy, queue = setup(probe_once=False)
+    start, order = placer(state, policy, now=10.0)
+    run_cycle(state, policy, queue, 10.0, start)
+    assert order == ["j0", "j1", "j2", "j3"]
+
+    state, policy, queue = setup()
+    start, order = placer(state, policy, now=10.0)
+    first = run_cycle(state, policy, queue, 10.0, start)
+    assert order == ["j0"] and set(first.waiting) == {"j1", "j2", "j3"}
+    start, order = placer(state, policy, now=20.0)
+    assert run_cycle(state, policy, queue, 20.0, start).started == [] and order == []
+    state.release("j0")  # the probe ended, its pair not measured yet: one more probe
+    start, order = placer(state, policy, now=30.0)
+    run_cycle(state, policy, queue, 30.0, start)
+    assert order == ["j1"]
+    policy.observe("v100", "a", "a", 0.6)  # measured: a known pair of 1.2 passes min_combined_known
+    start, order = placer(state, policy, now=40.0)
+    run_cycle(state, policy, queue, 40.0, start)
+    assert order == ["j2", "j3"]
+
+
+def test_horus_probes_a_pair_once_per_gpu_type_on_a_mixed_cluster():
+    """On a cluster of two GPU types (the per-GPU scoring), a pair only predicted is measured per GPU
+    type: it is formed once on each type at a time."""
+    for probe_once, expected in ((True, 2), (False, 4)):
+        state = ClusterState(max_jobs_per_gpu=2, classes=ClassIndex())
+        for k, gpu_type in enumerate(("v100", "v100", "p100", "p100")):
+            state.add_node(f"n{k}", gpu_type, 1, 16384, ("default",))
+        state.build()
+        policy = table_policy("horus", state, {("a", "a"): 0.6}, probe_once=probe_once)
+        for g in range(4):
+            state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
+        queue = PendingQueue(policy)
+        for k in range(4):
+            queue.add(req(f"j{k}", duration=300.0 + k, cls="a", submit=float(k)))
+        start, order = placer(state, policy, now=10.0)
+        run_cycle(state, policy, queue, 10.0, start)
+        assert len(order) == expected, probe_once
+        assert sorted(state.gpu_type_of(state.jobs[j].gpus[0]) for j in order) == \
+            (["p100", "v100"] if probe_once else ["p100", "p100", "v100", "v100"])

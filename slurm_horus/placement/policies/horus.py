@@ -28,6 +28,10 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
   predicted time to drain the cluster (work waiting plus work running, over the GPUs) starts first,
   so that SJF does not leave the longest jobs alone at the end;
 * every pair observed while it runs replaces the model's prediction for that pair (learning);
+* one probe at a time (``probe_once``): a pair only predicted (not measured both ways on this
+  cluster) is formed only where it shares no GPU of that type already, so that one running copy
+  measures it instead of a cycle pairing many jobs on a prediction the first measurement would have
+  corrected; which pairs share a GPU is read from the cluster state (``placement/sharing.py``);
 * fractional requests (``gpu_units``: shards, milli-GPU), CPU-only ones, and whole GPUs asked
   exclusively where the workload has fractional requests: FGD's rule
   (``placement/fragmentation.py``, ATC'23) — the node whose GPU grows the expected fragmentation
@@ -43,12 +47,15 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
 Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independent choices.
 """
 
+import functools
+
 import numpy as np
 
 from ..fragmentation import FragmentationModel
 from ..framework import (NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, kept_after_release, nodes_holding,
                          pressure, shareable_gpus)
 from ..request import Decision
+from ..sharing import SharingPairs
 from .fgd import _sigmoid_score as _fgd_score
 from .sjf_bsbf import PAIR_EPS, RATIO_EPS, ShareRatios, pair_benefit, share_limits
 
@@ -82,6 +89,7 @@ class Horus(Policy):
     tie_break = "first"  # or "order": equal nodes in an order drawn from ``seed`` (FGD's simulator)
     seed = 0
     calibrate = 0.0  # measured pairs also correct the unmeasured ones (PairTable.calibrate: its shrinkage); 0: off
+    probe_once = True  # a pair only predicted is formed where it shares no GPU already (docstring)
 
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, **options)
@@ -110,6 +118,47 @@ class Horus(Policy):
         # asked and not applied: a dry run, an offer, a job that waits)
         self.fragmentation.observe(req)
         return super().running_job(req, decision, now)
+
+    def _probe_version(self, state):
+        """``probe_once``: a number that moves whenever a pair only predicted starts sharing its first
+        GPU or leaves its last one (what :meth:`_probing` reads besides the pair table's
+        measurements); None when the rule is off (or every pair is known: the simulator's truth)."""
+        if not self.probe_once or self.pairs is None or self.pairs.exact:
+            return None
+        tracker = self.__dict__.get("_sharing")
+        if tracker is None:
+            tracker = self._sharing = SharingPairs()
+            self._probe_moves = 0
+        if tracker.update(state, functools.partial(self._unmeasured, state)):
+            self._probe_moves += 1
+        return self._probe_moves
+
+    def _unmeasured(self, state, key):
+        """Whether the pair ``key`` (GPU type id, class id, class id) is not measured both ways."""
+        t, a, b = key
+        known = self.pairs.known(state.gpu_types[t])
+        return a >= len(known) or b >= len(known) or not (known[a, b] and known[b, a])
+
+    def _probing(self, state, gpu_type, n, version):
+        """``probe_once``: per pair of classes (n × n, symmetric), whether it is only predicted and
+        already shares a GPU of ``gpu_type``: the tests then fail it, so that one probe at a time
+        learns it (None: no such pair). ``version``: :meth:`_probe_version`'s, read just before."""
+        if version is None:
+            return None
+        key = (version, self.pairs.n_observations, gpu_type, n)
+        kept = self.__dict__.get("_probing_kept")
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        t = state.gpu_types.index(gpu_type)
+        pairs = [(a, b) for a, b in self._sharing.pairs(t) if a < n and b < n
+                 and self._unmeasured(state, (t, a, b))]
+        out = None
+        if pairs:
+            out = np.zeros((n, n), dtype=bool)
+            a, b = np.array(pairs).T
+            out[a, b] = out[b, a] = True
+        self._probing_kept = (key, out)
+        return out
 
     def score_cpu_nodes(self, state, req, nodes):
         score = _fgd_score(self.fragmentation.delta_nodes(state, req, nodes), self.quantize)
@@ -278,7 +327,7 @@ class Horus(Policy):
             partners = ctx.extra[("_best_partner_key", id(self), state.gpu_types[0])]
         # (without the pressure every waiting job asks for at most the free GPUs: the free-GPU rule)
         return ("horus", len(state.classes.names), id(self.pairs.classes), ctx.waiting_gpus > state.n_free,
-                self._fractional_workload(), partners)
+                self._fractional_workload(), self._probe_version(state), partners)
 
     def waits_after_token(self, state, ctx, old, new, waits):
         """The window's best partners are the part of the token a wait may outlive (the rest must be
@@ -373,7 +422,8 @@ class Horus(Policy):
         if window is not None and len(window):
             best = self._partners(state, ctx, window)
             partners = ctx.extra[("_best_partner_key", id(self), gpu_type)]
-        key = (id(mat), len(mat), self.pairs.n_observations, gpu_type, partners)
+        version = self._probe_version(state)
+        key = (id(mat), len(mat), self.pairs.n_observations, gpu_type, partners, version)
         kept = self.__dict__.get("_all_tests")
         if kept is not None and kept[0] == key and kept[1] is mat:
             return kept[2]
@@ -388,6 +438,10 @@ class Horus(Policy):
         if partners is not None:
             ok &= combined >= best[:len(mat)] - self.partner_slack
         bsbf = (combined >= 1.0) & both_fast if self.bsbf_gain > 0 else np.zeros(mat.shape, dtype=bool)
+        probing = self._probing(state, gpu_type, len(mat), version)
+        if probing is not None:
+            ok &= ~probing
+            bsbf &= ~probing
         self._all_tests = (key, mat, (ok, bsbf))
         return ok, bsbf
 
@@ -592,6 +646,9 @@ class Horus(Policy):
         window = cycle.ctx.extra.get("window")
         if window is not None and len(window):
             ok &= combined >= self._best_partner(cycle, window) - self.partner_slack
+        probing = self._probing_per_gpu(cycle)
+        if probing is not None:
+            ok &= ~probing
         e_a = cycle.req.expected_duration()
         e_b = np.maximum(cycle.state.gpu_end0[cycle.idx] - cycle.ctx.now, 1.0)
         gain = pair_benefit(e_a, e_b, jt, rt) / (e_a + e_b)
@@ -601,11 +658,31 @@ class Horus(Policy):
             # a job much shorter than its would-be partner gains far more by starting now than the
             # partner loses (SJF-BSBF's test), even when the pair adds little throughput
             ok |= ((gain >= self.bsbf_gain) & (combined >= 1.0) & (jt >= self.min_tput)
-                   & (rt >= self.min_tput) & ~free)
+                   & (rt >= self.min_tput) & ~free & (True if probing is None else ~probing))
         # among the pairs worth making, the job's own speed counts double: it is the job being
         # placed now (queue order put it first), the resident has been running already
         value = combined if self.score_rule == "combined" else jt + 0.5 * rt
         return np.where(free, self.free_score, np.where(ok, value, NEG_INF)), ok
+
+    def _probing_per_gpu(self, cycle):
+        """:meth:`_probing` at each feasible GPU (its first resident's class; None: no GPU fails)."""
+        state = cycle.state
+        version = self._probe_version(state)
+        if version is None:
+            return None
+        out = None
+        c, resident = cycle.class_id, cycle.resident
+        types = state.gpu_type_id[cycle.idx]
+        for t in np.unique(types):
+            gpu_type = state.gpu_types[t]
+            probing = self._probing(state, gpu_type, len(self.pairs.matrix(gpu_type)), version)
+            if probing is None or c >= len(probing):
+                continue
+            sel = (types == t) & (resident >= 0)
+            if out is None:
+                out = np.zeros(len(resident), dtype=bool)
+            out[sel] = probing[c][resident[sel]]
+        return out
 
     def _score_by_class(self, cycle):
         """The same rule on one GPU type, where everything but the pair's benefit depends only on the
@@ -644,11 +721,12 @@ class Horus(Policy):
         n_obs = self.pairs.n_observations
         extra = cycle.ctx.extra
         window = extra.get("window")
+        version = self._probe_version(state)
         at = extra.get(("_tests_at", id(self)))  # what this cycle's earlier calls found
-        if at is None or at[0] is not mat or at[1] != n_obs or at[2] is not window:
+        if at is None or at[0] is not mat or at[1] != n_obs or at[2] is not window or at[5] != version:
             cache = self.__dict__.get("_tests_cache")
-            if cache is None or cache[0] is not mat or cache[1] != (gpu_type, len(mat)):
-                cache = self._tests_cache = [mat, (gpu_type, len(mat)), n_obs, {}]
+            if cache is None or cache[0] is not mat or cache[1] != (gpu_type, len(mat), version):
+                cache = self._tests_cache = [mat, (gpu_type, len(mat), version), n_obs, {}]
             elif cache[2] != n_obs:
                 changes = self.pairs.changes_since(cache[2])
                 if changes is None:
@@ -666,7 +744,7 @@ class Horus(Policy):
             if classes is not None:
                 self._partner_by_class(cycle, window)
                 partners = extra[("_best_partner_key", id(self), gpu_type)]
-            at = extra[("_tests_at", id(self))] = (mat, n_obs, window, (classes, partners), cache[3])
+            at = extra[("_tests_at", id(self))] = (mat, n_obs, window, (classes, partners), cache[3], version)
         tests = at[4]
         key = (cycle.class_id,) + at[3]
         found = tests.get(key)
