@@ -758,3 +758,19 @@ def test_horus_probes_a_pair_once_per_gpu_type_on_a_mixed_cluster():
         assert len(order) == expected, probe_once
         assert sorted(state.gpu_type_of(state.jobs[j].gpus[0]) for j in order) == \
             (["p100", "v100"] if probe_once else ["p100", "p100", "v100", "v100"])
+
+
+def test_horus_explains_a_pair_left_out_while_it_is_probed():
+    """``--explain`` names the rule: the GPUs where a pair only predicted would form again say why."""
+    state = cluster(nodes=2, gpus=1)
+    policy = table_policy("horus", state, {("a", "a"): 0.6})
+    for g in range(2):
+        state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
+    state.place(RunningJob("probe", "a", (0,), 0.0, 300.0))
+    ctx = SchedulingContext(10.0, 1, 1, 300.0)
+    decision = policy.decide(state, req("j", duration=300.0, cls="a"), ctx, explain=True)
+    assert not decision.placed
+    notes = {c.where: c.note for c in decision.candidates}
+    assert "one probe at a time" in notes[state.gpu_label(1)], notes
+    policy.observe("v100", "a", "a", 0.6)
+    assert policy.decide(state, req("j", duration=300.0, cls="a"), ctx, explain=True).placed

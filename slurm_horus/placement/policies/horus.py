@@ -684,6 +684,18 @@ class Horus(Policy):
             out[sel] = probing[c][resident[sel]]
         return out
 
+    def _candidates(self, cycle, limit=8):
+        """``--explain``: a GPU whose pair is left out by ``probe_once`` says so."""
+        cands = super()._candidates(cycle, limit)
+        probing = self._probing_per_gpu(cycle) if cands else None
+        if probing is not None and probing.any():
+            state = cycle.state
+            at = {state.gpu_label(int(cycle.idx[pos])): pos for pos in np.flatnonzero(probing)}
+            for cand in cands:
+                if cand.where in at:
+                    cand.note += " (a pair only predicted, shared on another GPU now: one probe at a time)"
+        return cands
+
     def _score_by_class(self, cycle):
         """The same rule on one GPU type, where everything but the pair's benefit depends only on the
         resident's class: each test is computed once per class (a short vector, the trailing entry
