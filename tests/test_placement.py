@@ -558,6 +558,9 @@ def test_policy_options_are_parsed():
     assert policy.order_rule == "fifo" and policy.min_combined == 1.3
     with pytest.raises(ValueError):
         make_policy("horus/bogus=1", models_for(cluster(), TablePredictor()))
+    with pytest.raises(ValueError, match="explore_budget"):  # horus's rule, which horus-risk would not apply
+        make_policy("horus-risk/probe_once=true", models_for(cluster(), TablePredictor()))
+    assert not make_policy("horus/probe_once=false", models_for(cluster(), TablePredictor())).probe_once
 
 
 def test_horus_bar_is_higher_for_pairs_already_measured():

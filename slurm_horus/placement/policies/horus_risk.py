@@ -138,7 +138,7 @@ class HorusRisk(Horus):
     risk = 0.25  # standard deviations of the benefit a pair must clear (cross-validated: bench_robust)
     explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
     explore_once = False  # an explored pair is not explored again until measured (docstring; cross-validated: off)
-    probe_once = False  # horus's bound on unmeasured pairs: exploration here is explore_budget's
+    probe_once = False  # horus's bound on unmeasured pairs; here explore_budget and explore_once (refused)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     calibrate_spread = False  # corrected values carry the spread the corrections showed (PairTable; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
@@ -151,6 +151,9 @@ class HorusRisk(Horus):
 
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, fragmentation=fragmentation, **options)
+        if self.probe_once:
+            raise ValueError("policy horus-risk: probe_once is horus's bound on unmeasured pairs; "
+                             "horus-risk bounds them with explore_budget and explore_once")
         if pairs is not None and self.calibrate > 0 and self.calibrate_spread:
             pairs.calibrate_spread = True
         self.explored = {}  # GPU type -> jobs placed with an unknown pair on the benefit alone
