@@ -733,10 +733,12 @@ def test_horus_forms_a_pair_only_predicted_once_at_a_time():
     start, order = placer(state, policy, now=30.0)
     run_cycle(state, policy, queue, 30.0, start)
     assert order == ["j1"]
+    assert policy.counters() == {"explored:v100": 2}  # what learning the pair cost: two probes
     policy.observe("v100", "a", "a", 0.6)  # measured: a known pair of 1.2 passes min_combined_known
     start, order = placer(state, policy, now=40.0)
     run_cycle(state, policy, queue, 40.0, start)
     assert order == ["j2", "j3"]
+    assert policy.counters() == {"explored:v100": 2}  # (measured pairs are no probes)
 
 
 def test_horus_probes_a_pair_once_per_gpu_type_on_a_mixed_cluster():

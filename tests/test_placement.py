@@ -1287,3 +1287,16 @@ def test_horus_quick_decision_breaks_a_tie_with_a_free_gpu_like_the_pipeline():
         full = Policy.decide(policy, state, req, ctx, explain=True)
         assert quick.placed and quick.shared == full.shared == expected_shared
         assert quick.gpu_ids == full.gpu_ids == (0,)
+
+
+def test_a_rebuilt_horus_goes_on_counting_what_probing_cost():
+    """horusd rebuilds its policy at every reload: the jobs horus placed next to pairs only predicted
+    (``explored:<GPU type>``, shown by ping) and the probes decided but not started yet carry over."""
+    models = models_for(cluster(), TablePredictor())
+    old = make_policy("horus", models)
+    old.explored, old._probes = {"v100": 3}, {"j1": "v100"}
+    new = make_policy("horus", models)
+    new.carry_over(old)
+    assert new.counters() == {"explored:v100": 3} and new._probes == {"j1": "v100"}
+    new.explored["v100"] += 1
+    assert old.explored == {"v100": 3}  # a copy

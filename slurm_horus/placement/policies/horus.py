@@ -90,6 +90,9 @@ class Horus(Policy):
     seed = 0
     calibrate = 0.0  # measured pairs also correct the unmeasured ones (PairTable.calibrate: its shrinkage); 0: off
     probe_once = True  # a pair only predicted is formed where it shares no GPU already (docstring)
+    counts_probes = True  # count the jobs placed next to a pair only predicted (``explored:<GPU type>``)
+
+    PROBES_KEPT = 4096  # probing answers remembered until their job runs (horusd's offers are never all taken)
 
     def __init__(self, pairs=None, fragmentation=None, **options):
         super().__init__(pairs, **options)
@@ -101,6 +104,8 @@ class Horus(Policy):
         if self.cpu_shapes:
             self.fragmentation.include_cpu = True
         self._rank = np.zeros(0)
+        self.explored = {}  # GPU type -> jobs placed next to a pair only predicted (what learning it cost)
+        self._probes = {}  # job id -> GPU type, for a decision that forms a pair only predicted
 
     def _node_rank(self, state):
         """Per node: its place in the tie order — the node id (first fit), or with ``tie_break=order``
@@ -117,7 +122,42 @@ class Horus(Policy):
         # the workload fragmentation is measured against: the requests that ran (a decision may be
         # asked and not applied: a dry run, an offer, a job that waits)
         self.fragmentation.observe(req)
+        probed = self._probes.pop(req.job_id, None)
+        if probed is not None and decision.shared:
+            self.explored[probed] = self.explored.get(probed, 0) + 1
         return super().running_job(req, decision, now)
+
+    def counters(self):
+        return {f"explored:{gpu_type}": count for gpu_type, count in sorted(self.explored.items())}
+
+    def carry_over(self, old):
+        super().carry_over(old)
+        if self.counts_probes and isinstance(old, Horus) and old.counts_probes:
+            self.explored = dict(old.explored)
+            self._probes = dict(old._probes)
+
+    def _decision(self, cycle, chosen, cands):
+        decision = super()._decision(cycle, chosen, cands)
+        if self.counts_probes and self.pairs is not None and not self.pairs.exact:
+            self._probes.pop(decision.job_id, None)  # an earlier answer for the job (a dry run) counts no more
+            probed = self._probe_of(cycle, chosen) if decision.shared else None
+            if probed is not None:
+                self._probes[decision.job_id] = probed
+                while len(self._probes) > self.PROBES_KEPT:
+                    self._probes.pop(next(iter(self._probes)))
+        return decision
+
+    def _probe_of(self, cycle, chosen):
+        """The GPU type on which the decision at ``chosen`` joins a resident whose pair with the job is
+        only predicted (None: every pair it forms is measured)."""
+        state, c = cycle.state, int(cycle.class_id)
+        for pos in chosen:
+            r = int(cycle.resident[pos])
+            if r >= 0:
+                t = int(state.gpu_type_id[cycle.idx[pos]])
+                if self._unmeasured(state, (t, min(c, r), max(c, r))):
+                    return state.gpu_types[t]
+        return None
 
     def _probe_version(self, state):
         """``probe_once``: a number that moves whenever a pair only predicted starts sharing its first

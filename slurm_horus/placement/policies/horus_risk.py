@@ -139,6 +139,7 @@ class HorusRisk(Horus):
     explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
     explore_once = False  # an explored pair is not explored again until measured (docstring; cross-validated: off)
     probe_once = False  # horus's bound on unmeasured pairs; here explore_budget and explore_once (refused)
+    counts_probes = False  # (it counts its exploration itself: ``explored``)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     calibrate_spread = False  # corrected values carry the spread the corrections showed (PairTable; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
