@@ -678,28 +678,28 @@ def test_sharing_pairs_follow_the_cluster_state():
 
     state.place(RunningJob("a0", "a", (0,), 0.0, 100.0))
     state.place(RunningJob("b0", "b", (0,), 0.0, 100.0))
-    assert pairs.update(state, watch)  # read afresh: the a-b pair shares GPU 0
     a, b = state.classes.ids["a"], state.classes.ids["b"]
-    assert pairs.count == {(0, a, b): 1} and pairs.pairs(0) == [(a, b)]
-    assert not pairs.update(state, watch)  # nothing new
+    assert pairs.update(state, watch) == [(0, a, b)]  # read afresh: the a-b pair shares GPU 0
+    assert pairs.count == {(0, a, b): 1} and pairs.pairs(0).tolist() == [[a, b]] and len(pairs.pairs(1)) == 0
+    assert pairs.update(state, watch) == []  # nothing new
     state.place(RunningJob("a1", "a", (1, 2), 0.0, 100.0))
     state.place(RunningJob("b1", "b", (1, 2), 0.0, 100.0))
-    assert not pairs.update(state, watch)  # more GPUs of a pair already sharing
+    assert pairs.update(state, watch) == []  # more GPUs of a pair already sharing
     assert pairs.count == {(0, a, b): 3}
     state.place(RunningJob("c3", "c", (3,), 0.0, 100.0))
     state.place(RunningJob("a3", "a", (3,), 0.0, 100.0))
     watched.clear()
-    assert not pairs.update(state, watch)  # a-c shares now: not a watched pair
+    assert pairs.update(state, watch) == []  # a-c shares now: not a watched pair
     c = state.classes.ids["c"]
     assert watched == [(0, a, c)] and pairs.count == {(0, a, b): 3, (0, a, c): 1}
     state.release("b1")
     state.release("b0")
-    assert pairs.update(state, watch)  # a-b left its last GPU
+    assert pairs.update(state, watch) == [(0, a, b)]  # a-b left its last GPU
     assert pairs.count == {(0, a, c): 1}
     other = cluster(nodes=1, gpus=2)
     other.place(RunningJob("x", "a", (1,), 0.0, 100.0))
     other.place(RunningJob("y", "a", (1,), 0.0, 100.0))
-    assert not pairs.update(other, watch)  # another state: read afresh, a-a is not watched
+    assert pairs.update(other, watch) == []  # another state: read afresh, a-a is not watched
     assert pairs.count == {(0, a, a): 1}
 
 
@@ -776,3 +776,39 @@ def test_horus_explains_a_pair_left_out_while_it_is_probed():
     assert "one probe at a time" in notes[state.gpu_label(1)], notes
     policy.observe("v100", "a", "a", 0.6)
     assert policy.decide(state, req("j", duration=300.0, cls="a"), ctx, explain=True).placed
+
+
+def test_horus_class_tests_kept_follow_probes_and_measurements():
+    """horus keeps each class's tests from cycle to cycle and drops only those of the classes a change
+    touched: a pair measured, or (``probe_once``) a pair only predicted that started or stopped sharing.
+    Along random places, releases and measurements, every class's kept tests equal a fresh policy's."""
+    import numpy as np
+
+    from slurm_horus.placement.framework import Cycle
+    from slurm_horus.placement.policies.horus import Horus
+
+    rng = np.random.default_rng(5)
+    names = [f"k{i}" for i in range(5)]
+    state = cluster(nodes=3, gpus=2)
+    policy = table_policy("horus", state, {(x, y): float(rng.choice([0.45, 0.55, 0.7])) for x in names for y in names})
+    probing_seen = 0
+    for step in range(300):
+        event = rng.integers(0, 5)
+        open_gpus = [g for g in range(6) if state.gpu_njobs[g] < 2]
+        if event <= 2 and open_gpus:
+            state.place(RunningJob(f"s{step}", str(rng.choice(names)), (int(rng.choice(open_gpus)),), 0.0, 1000.0))
+        elif event == 3 and state.jobs:
+            state.release(str(rng.choice(sorted(state.jobs))))
+        else:
+            policy.observe("v100", str(rng.choice(names)), str(rng.choice(names)), float(rng.choice([0.45, 0.7])))
+        ctx = SchedulingContext(float(step), 1, 1, 100.0)
+        fresh = Horus(policy.pairs)
+        for name in names:
+            r = req("x", cls=name)
+            kept = policy._class_tests(Cycle(state, r, ctx, state.classes.id(name)))
+            again = fresh._class_tests(Cycle(state, r, SchedulingContext(float(step), 1, 1, 100.0), state.classes.id(name)))
+            for a, b in zip(kept, again):
+                assert np.array_equal(a, b), (step, name)
+        probing = policy._probing(state, "v100", len(policy.pairs.matrix("v100")), policy._probe_version(state))
+        probing_seen += probing is not None and bool(probing.any())
+    assert probing_seen > 50  # pairs only predicted were sharing (the rule had something to do)

@@ -7,7 +7,7 @@ answer is derived from the state (the jobs on each GPU), not from the decisions 
 horusd's state holds the jobs Slurm started without asking, and a restart or a reload loses nothing.
 """
 
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -25,12 +25,12 @@ class SharingPairs:
         self._on: Dict[int, Tuple[PairKey, ...]] = {}  # GPU -> the pairs sharing it
         self.count: Dict[PairKey, int] = {}
 
-    def update(self, state, watch: Callable[[PairKey], bool]) -> bool:
-        """Read what changed on ``state`` since the last call. True when a pair for which
-        ``watch(key)`` holds started sharing its first GPU or left its last one."""
+    def update(self, state, watch: Callable[[PairKey], bool]) -> List[PairKey]:
+        """Read what changed on ``state`` since the last call. Returns the pairs for which
+        ``watch(key)`` holds that started sharing their first GPU or left their last one."""
         base, changes = state.changes_base, state.changes
         if self._state is state and self._seen == base + len(changes):
-            return False
+            return []
         if self._state is not state or self._seen < base:
             old_count = self.count
             self._state, self._on, self.count = state, {}, {}
@@ -39,7 +39,7 @@ class SharingPairs:
             old_count = None
             touched = {g for _sign, job in changes[self._seen - base:] for g in job.gpus}
         self._seen = base + len(changes)
-        moved = False
+        moved = []
         count, on = self.count, self._on
         for g in touched:
             new = _pairs_on(state, g)
@@ -53,24 +53,26 @@ class SharingPairs:
                         count[key] = left
                     else:
                         del count[key]
-                        moved = moved or watch(key)
+                        if watch(key):
+                            moved.append(key)
             for key in new:
                 if key not in old:
                     had = count.get(key, 0)
                     count[key] = had + 1
-                    if not had:
-                        moved = moved or (old_count is None and watch(key))
+                    if not had and old_count is None and watch(key):
+                        moved.append(key)
             if new:
                 on[g] = new
             else:
                 on.pop(g, None)
         if old_count is not None:  # read afresh: compare what shares with what shared
-            moved = any(watch(key) for key in set(old_count).symmetric_difference(count))
+            moved = [key for key in set(old_count).symmetric_difference(count) if watch(key)]
         return moved
 
-    def pairs(self, type_id: int):
-        """The pairs (class id, class id) sharing some GPU of the type ``type_id``."""
-        return [(a, b) for t, a, b in self.count if t == type_id]
+    def pairs(self, type_id: int) -> np.ndarray:
+        """The pairs of class ids sharing some GPU of the type ``type_id``: an array of shape (k, 2)."""
+        found = [(a, b) for t, a, b in self.count if t == type_id]
+        return np.array(found, dtype=np.intp).reshape(len(found), 2)
 
 
 def _pairs_on(state, g: int) -> Tuple[PairKey, ...]:

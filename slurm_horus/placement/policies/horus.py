@@ -48,6 +48,7 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 """
 
 import functools
+from collections import deque
 
 import numpy as np
 
@@ -61,6 +62,7 @@ from .sjf_bsbf import PAIR_EPS, RATIO_EPS, ShareRatios, pair_benefit, share_limi
 
 
 TESTS_KEPT = 4096  # class tests kept across cycles (class × window × its best partners) before starting over
+PROBE_LOG_KEEP = 1024  # probe_once's moves remembered for the class tests kept (older: start over)
 
 
 class Horus(Policy):
@@ -169,9 +171,20 @@ class Horus(Policy):
         if tracker is None:
             tracker = self._sharing = SharingPairs()
             self._probe_moves = 0
-        if tracker.update(state, functools.partial(self._unmeasured, state)):
+            self._probe_log = deque(maxlen=PROBE_LOG_KEEP)  # per move: the classes whose tests it changed
+        moved = tracker.update(state, functools.partial(self._unmeasured, state))
+        if moved:
             self._probe_moves += 1
+            self._probe_log.append({c for _t, a, b in moved for c in (a, b)})
         return self._probe_moves
+
+    def _probe_classes_since(self, version):
+        """The classes whose pairs only predicted started or stopped sharing since :meth:`_probe_version`
+        was ``version`` (None: not all kept)."""
+        new = self._probe_moves - version
+        if new < 0 or new > len(self._probe_log):
+            return None
+        return set().union(*(self._probe_log[-i] for i in range(new, 0, -1)))
 
     def _unmeasured(self, state, key):
         """Whether the pair ``key`` (GPU type id, class id, class id) is not measured both ways."""
@@ -189,13 +202,16 @@ class Horus(Policy):
         kept = self.__dict__.get("_probing_kept")
         if kept is not None and kept[0] == key:
             return kept[1]
-        t = state.gpu_types.index(gpu_type)
-        pairs = [(a, b) for a, b in self._sharing.pairs(t) if a < n and b < n
-                 and self._unmeasured(state, (t, a, b))]
+        pairs = self._sharing.pairs(state.gpu_types.index(gpu_type))
+        a, b = pairs[:, 0], pairs[:, 1]
+        within = (a < n) & (b < n)
+        a, b = a[within], b[within]
+        known = self.pairs.known(gpu_type)
+        only_predicted = ~(known[a, b] & known[b, a])
         out = None
-        if pairs:
+        if only_predicted.any():
             out = np.zeros((n, n), dtype=bool)
-            a, b = np.array(pairs).T
+            a, b = a[only_predicted], b[only_predicted]
             out[a, b] = out[b, a] = True
         self._probing_kept = (key, out)
         return out
@@ -777,17 +793,23 @@ class Horus(Policy):
         at = extra.get(("_tests_at", id(self)))  # what this cycle's earlier calls found
         if at is None or at[0] is not mat or at[1] != n_obs or at[2] is not window or at[5] != version:
             cache = self.__dict__.get("_tests_cache")
-            if cache is None or cache[0] is not mat or cache[1] != (gpu_type, len(mat), version):
-                cache = self._tests_cache = [mat, (gpu_type, len(mat), version), n_obs, {}]
-            elif cache[2] != n_obs:
-                changes = self.pairs.changes_since(cache[2])
-                if changes is None:
+            if cache is None or cache[0] is not mat or cache[1] != (gpu_type, len(mat)):
+                cache = self._tests_cache = [mat, (gpu_type, len(mat)), n_obs, {}, version]
+            else:
+                touched = set()  # the classes whose tests changed: those of a pair measured, or of a pair
+                # only predicted that started or stopped sharing (probe_once)
+                if cache[2] != n_obs:
+                    changes = self.pairs.changes_since(cache[2])
+                    touched = None if changes is None else {x for t, a, b in changes if t == gpu_type for x in (a, b)}
+                    cache[2] = n_obs
+                if cache[4] != version and touched is not None:
+                    moved = None if version is None or cache[4] is None else self._probe_classes_since(cache[4])
+                    touched = None if moved is None else touched | moved
+                cache[4] = version
+                if touched is None:
                     cache[3] = {}
-                else:
-                    touched = {x for t, a, b in changes if t == gpu_type for x in (a, b)}
-                    if touched:
-                        cache[3] = {key: found for key, found in cache[3].items() if key[0] not in touched}
-                cache[2] = n_obs
+                elif touched:
+                    cache[3] = {key: found for key, found in cache[3].items() if key[0] not in touched}
             if len(cache[3]) > TESTS_KEPT:
                 cache[3] = {}
             classes = frozenset(window) if window is not None and len(window) else None
