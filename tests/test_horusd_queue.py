@@ -314,3 +314,30 @@ def test_duration_levels_site_setting_reaches_horusds_estimator(tmp_path):
     assert orders["measured"].startswith("user >")
     with pytest.raises(ConfigError, match="duration_levels"):
         load_config(environ={"HORUS_DURATION_LEVELS": "best"}, path=str(site_file))
+
+
+def test_a_pair_only_predicted_is_probed_once_until_horusd_learns_it():
+    """horusd's cycle is the simulator's, ``probe_once`` included: with every GPU running a shareable
+    resnet18-bs32 job and four more waiting, the pair (only predicted) is formed once (four times
+    without the rule); the next refresh, which shows the probe running next to its resident in squeue,
+    still holds it; once the pair is measured, the others join."""
+    def residents():
+        return [running(100 + i, f"n{1 + i // 4}", [f"shard:g{i % 4}:1(IDX:{i % 4})"],
+                        admin_comment=f"horus:h{i} mode=shareable slowdown=1.000 class=resnet18-bs32") for i in range(8)]
+
+    waiting = [kept(i, "resnet18-bs32", submit=900 + i) for i in range(1, 5)]
+    assert len(make_placer(policy="horus/probe_once=false", jobs=residents() + waiting).cycle()) == 4
+    clock = Clock()
+    placer = make_placer(clock=clock, jobs=residents() + waiting)
+    moves = placer.cycle()
+    assert len(moves) == 1 and moves[0].kept.job_id == "1"
+    (g,) = placer.ledger.get(moves[0].reply.id).job.gpus
+    where, idx = placer.state.nodes[placer.state.gpu_node[g]].name, int(placer.state.gpu_index[g])
+    probe = running(1, where, [f"shard:g{idx}:1(IDX:{idx})"],
+                    admin_comment=f"horus:{moves[0].reply.id} mode=shareable slowdown=1.000 class=resnet18-bs32")
+    clock.now += 1
+    placer.load_snapshot(Snapshot([node("n1"), node("n2")], residents() + [probe] + waiting[1:], taken_at=clock()))
+    assert placer.cycle() == [] and len(placer.queue) == 3
+    assert placer.policy.counters() == {"explored:v100": 1}
+    placer.policy.observe("v100", "resnet18-bs32", "resnet18-bs32", 0.7)  # measured (horusd: its feed, a reload)
+    assert len(placer.cycle()) == 3
