@@ -727,6 +727,7 @@ def test_horus_forms_a_pair_only_predicted_once_at_a_time():
     start, order = placer(state, policy, now=10.0)
     first = run_cycle(state, policy, queue, 10.0, start)
     assert order == ["j0"] and set(first.waiting) == {"j1", "j2", "j3"}
+    assert "its pairs with a, only predicted, are being measured on another GPU first" in first.waiting["j1"]
     start, order = placer(state, policy, now=20.0)
     assert run_cycle(state, policy, queue, 20.0, start).started == [] and order == []
     state.release("j0")  # the probe ended, its pair not measured yet: one more probe
@@ -771,7 +772,10 @@ def test_horus_explains_a_pair_left_out_while_it_is_probed():
     state.place(RunningJob("probe", "a", (0,), 0.0, 300.0))
     ctx = SchedulingContext(10.0, 1, 1, 300.0)
     decision = policy.decide(state, req("j", duration=300.0, cls="a"), ctx, explain=True)
-    assert not decision.placed
+    assert not decision.placed and "one probe at a time" in decision.reason
+    quick = policy.decide(state, req("j", duration=300.0, cls="a"), ctx)  # the same words without --explain
+    assert quick.reason == decision.reason
+    assert policy.wait_reason(state, req("j", duration=300.0, cls="a"), ctx) == decision.reason
     notes = {c.where: c.note for c in decision.candidates}
     assert "one probe at a time" in notes[state.gpu_label(1)], notes
     policy.observe("v100", "a", "a", 0.6)

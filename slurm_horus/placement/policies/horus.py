@@ -61,6 +61,7 @@ from .fgd import _sigmoid_score as _fgd_score
 from .sjf_bsbf import PAIR_EPS, RATIO_EPS, ShareRatios, pair_benefit, share_limits
 
 
+NO_PAIR = "no free GPU and no pair predicted worth sharing"
 TESTS_KEPT = 4096  # class tests kept across cycles (class × window × its best partners) before starting over
 PROBE_LOG_KEEP = 1024  # probe_once's moves remembered for the class tests kept (older: start over)
 
@@ -192,16 +193,44 @@ class Horus(Policy):
         known = self.pairs.known(state.gpu_types[t])
         return a >= len(known) or b >= len(known) or not (known[a, b] and known[b, a])
 
+    def _no_pair(self, state, c):
+        """The reason a job of class ``c`` waits when no pair passes: with ``probe_once``, it names the
+        classes whose pairs with ``c``, only predicted, are being measured on another GPU (the same
+        words on every path: the quick answers, the kept waits and the pipeline)."""
+        version = self._probe_version(state)
+        if version is None:
+            return NO_PAIR
+        key = (version, self.pairs.n_observations, c)
+        kept = self.__dict__.get("_no_pair_kept")
+        if kept is None or kept[0] != key[:2]:
+            kept = self._no_pair_kept = (key[:2], {})
+        found = kept[1].get(c)
+        if found is None:
+            names = set()
+            for gpu_type in state.gpu_types:
+                probing = self._probing(state, gpu_type, len(self.pairs.matrix(gpu_type)), version)
+                if probing is not None and c < len(probing):
+                    names.update(state.classes.names[x] for x in np.flatnonzero(probing[c]))
+            found = NO_PAIR
+            if names:
+                shown = sorted(names)
+                found += (f"; its pairs with {', '.join(shown[:3])}{' and others' if len(shown) > 3 else ''}, only "
+                          f"predicted, are being measured on another GPU first (one probe at a time)")
+            kept[1][c] = found
+        return found
+
     def _probing(self, state, gpu_type, n, version):
         """``probe_once``: per pair of classes (n × n, symmetric), whether it is only predicted and
         already shares a GPU of ``gpu_type``: the tests then fail it, so that one probe at a time
         learns it (None: no such pair). ``version``: :meth:`_probe_version`'s, read just before."""
         if version is None:
             return None
-        key = (version, self.pairs.n_observations, gpu_type, n)
         kept = self.__dict__.get("_probing_kept")
-        if kept is not None and kept[0] == key:
-            return kept[1]
+        if kept is None or kept[0] != (version, self.pairs.n_observations):
+            kept = self._probing_kept = ((version, self.pairs.n_observations), {})
+        found = kept[1].get((gpu_type, n), False)
+        if found is not False:
+            return found
         pairs = self._sharing.pairs(state.gpu_types.index(gpu_type))
         a, b = pairs[:, 0], pairs[:, 1]
         within = (a < n) & (b < n)
@@ -213,7 +242,7 @@ class Horus(Policy):
             out = np.zeros((n, n), dtype=bool)
             a, b = a[only_predicted], b[only_predicted]
             out[a, b] = out[b, a] = True
-        self._probing_kept = (key, out)
+        kept[1][(gpu_type, n)] = out
         return out
 
     def score_cpu_nodes(self, state, req, nodes):
@@ -306,7 +335,7 @@ class Horus(Policy):
         may = None
         if first_free < 0:
             if self._waits(cycle, feasible):
-                return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+                return Decision(req.job_id, False, self.name, reason=self._no_pair(state, cycle.class_id),
                                 n_feasible=len(cycle.idx))
             may = self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
         need_c = ok_c | bsbf_c
@@ -338,7 +367,7 @@ class Horus(Policy):
                                 or (self.free_score == best_value and first_free < best_pos)):
             return self._decision_at(cycle, [first_free])
         if best_pos < 0:
-            return Decision(req.job_id, False, self.name, reason="no free GPU and no pair predicted worth sharing",
+            return Decision(req.job_id, False, self.name, reason=self._no_pair(state, cycle.class_id),
                             n_feasible=len(cycle.idx))
         return self._decision_at(cycle, [best_pos])
 
@@ -362,7 +391,7 @@ class Horus(Policy):
             return None  # (no pressure: the free-GPU rule)
         if not self._waits(cycle, feasible):
             return None
-        return "no free GPU and no pair predicted worth sharing"
+        return self._no_pair(state, cycle.class_id)
 
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its classes;
@@ -514,7 +543,7 @@ class Horus(Policy):
         first_free = feasible.first_free
         relaxed = not pressure(cycle) and req.n_gpus <= state.n_free
         if not relaxed and first_free < 0 and self._waits(cycle, feasible):
-            return "no free GPU and no pair predicted worth sharing"
+            return self._no_pair(state, cycle.class_id)
         if first_free >= 0 and int(np.count_nonzero(state.node_free >= req.gpus_per_node)) >= req.nodes:
             return None  # free GPUs may be enough: the pipeline (the test below would cost as much)
         resident = feasible.resident
@@ -539,7 +568,7 @@ class Horus(Policy):
         pos = np.flatnonzero(may)
         if len(pos) and self._qualifying(cycle, pos, resident[pos], self._class_tests(cycle)).any():
             return NO_QUALIFYING_GPU
-        return "no free GPU and no pair predicted worth sharing"
+        return self._no_pair(state, cycle.class_id)
 
     def _waits(self, cycle, feasible) -> bool:
         """With no free feasible GPU, under pressure: whether no GPU can pass the pair test (the job
@@ -690,7 +719,7 @@ class Horus(Policy):
             score, ok = self._score_per_gpu(cycle)
         cycle.notes["reason"] = "pressure: best predicted pair"
         if not free.any() and not ok.any():
-            cycle.notes["wait_reason"] = "no free GPU and no pair predicted worth sharing"
+            cycle.notes["wait_reason"] = self._no_pair(cycle.state, cycle.class_id)
         return score
 
     def _score_per_gpu(self, cycle):
