@@ -707,7 +707,8 @@ def test_horus_forms_a_pair_only_predicted_once_at_a_time():
     """``probe_once``: four short jobs of class a could each join one of four long residents of class a
     (predicted 0.6 each, combined 1.2: a pair only predicted passes); one cycle forms the pair once
     and the others wait (without the rule, all four share). When the probe leaves, another job may
-    probe (the waits kept are asked again); once the pair is measured, the rest share at once."""
+    probe at once (the waits kept are asked again); with ``probe_hold``, only once the probe's
+    measurement is due (one feed after its start). Once the pair is measured, the rest share at once."""
     def setup(**options):
         state = cluster(nodes=4, gpus=1)
         policy = table_policy("horus", state, {("a", "a"): 0.6}, **options)
@@ -725,19 +726,32 @@ def test_horus_forms_a_pair_only_predicted_once_at_a_time():
 
     state, policy, queue = setup()
     start, order = placer(state, policy, now=10.0)
+    run_cycle(state, policy, queue, 10.0, start)
+    state.release("j0")  # the probe ended, its pair not measured yet: one more probe
+    start, order = placer(state, policy, now=20.0)
+    run_cycle(state, policy, queue, 20.0, start)
+    assert order == ["j1"]
+
+    state, policy, queue = setup(probe_hold=True)
+    start, order = placer(state, policy, now=10.0)
     first = run_cycle(state, policy, queue, 10.0, start)
     assert order == ["j0"] and set(first.waiting) == {"j1", "j2", "j3"}
-    assert "its pairs with a, only predicted, are being measured on another GPU first" in first.waiting["j1"]
+    assert "its pairs with a, only predicted, are being measured first" in first.waiting["j1"]
     start, order = placer(state, policy, now=20.0)
     assert run_cycle(state, policy, queue, 20.0, start).started == [] and order == []
-    state.release("j0")  # the probe ended, its pair not measured yet: one more probe
+    due = 10.0 + policy.probe_hold_s  # its measurement is expected by then (the next feed)
+    state.release("j0")  # the probe ended (say, out of memory at once), its pair not measured yet
     start, order = placer(state, policy, now=30.0)
-    run_cycle(state, policy, queue, 30.0, start)
+    assert run_cycle(state, policy, queue, 30.0, start).waiting["j1"] == first.waiting["j1"] and order == []
+    start, order = placer(state, policy, now=due - 1.0)
+    assert run_cycle(state, policy, queue, due - 1.0, start).started == [] and order == []
+    start, order = placer(state, policy, now=due)  # no measurement came back: one more probe
+    run_cycle(state, policy, queue, due, start)
     assert order == ["j1"]
     assert policy.counters() == {"explored:v100": 2}  # what learning the pair cost: two probes
     policy.observe("v100", "a", "a", 0.6)  # measured: a known pair of 1.2 passes min_combined_known
-    start, order = placer(state, policy, now=40.0)
-    run_cycle(state, policy, queue, 40.0, start)
+    start, order = placer(state, policy, now=due + 10.0)
+    run_cycle(state, policy, queue, due + 10.0, start)
     assert order == ["j2", "j3"]
     assert policy.counters() == {"explored:v100": 2}  # (measured pairs are no probes)
 
@@ -784,7 +798,8 @@ def test_horus_explains_a_pair_left_out_while_it_is_probed():
 
 def test_horus_class_tests_kept_follow_probes_and_measurements():
     """horus keeps each class's tests from cycle to cycle and drops only those of the classes a change
-    touched: a pair measured, or (``probe_once``) a pair only predicted that started or stopped sharing.
+    touched: a pair measured, or (``probe_once``) a pair only predicted that started or stopped sharing,
+    or whose hold (``probe_hold``) began or ended.
     Along random places, releases and measurements, every class's kept tests equal a fresh policy's."""
     import numpy as np
 
@@ -794,8 +809,9 @@ def test_horus_class_tests_kept_follow_probes_and_measurements():
     rng = np.random.default_rng(5)
     names = [f"k{i}" for i in range(5)]
     state = cluster(nodes=3, gpus=2)
-    policy = table_policy("horus", state, {(x, y): float(rng.choice([0.45, 0.55, 0.7])) for x in names for y in names})
-    probing_seen = 0
+    policy = table_policy("horus", state, {(x, y): float(rng.choice([0.45, 0.55, 0.7])) for x in names for y in names},
+                          probe_hold=True)
+    probing_seen = held_seen = 0
     for step in range(300):
         event = rng.integers(0, 5)
         open_gpus = [g for g in range(6) if state.gpu_njobs[g] < 2]
@@ -805,14 +821,19 @@ def test_horus_class_tests_kept_follow_probes_and_measurements():
             state.release(str(rng.choice(sorted(state.jobs))))
         else:
             policy.observe("v100", str(rng.choice(names)), str(rng.choice(names)), float(rng.choice([0.45, 0.7])))
+        if rng.integers(0, 6) == 0:  # a probe decided and started: its pair held for a while (running_job)
+            x, y = sorted(state.classes.id(str(n)) for n in rng.choice(names, 2))
+            policy._hold([(0, x, y)], float(step + rng.integers(-300, 5)))
         ctx = SchedulingContext(float(step), 1, 1, 100.0)
-        fresh = Horus(policy.pairs)
+        fresh = Horus(policy.pairs, probe_hold=True)
+        fresh._held = {key: until for key, until in policy._held.items() if until > step}  # what holds now
         for name in names:
             r = req("x", cls=name)
             kept = policy._class_tests(Cycle(state, r, ctx, state.classes.id(name)))
             again = fresh._class_tests(Cycle(state, r, SchedulingContext(float(step), 1, 1, 100.0), state.classes.id(name)))
             for a, b in zip(kept, again):
                 assert np.array_equal(a, b), (step, name)
-        probing = policy._probing(state, "v100", len(policy.pairs.matrix("v100")), policy._probe_version(state))
+        probing = policy._probing(state, "v100", len(policy.pairs.matrix("v100")), policy._probe_version(state, float(step)))
         probing_seen += probing is not None and bool(probing.any())
-    assert probing_seen > 50  # pairs only predicted were sharing (the rule had something to do)
+        held_seen += bool(policy._held)
+    assert probing_seen > 50 and held_seen > 20  # pairs only predicted were sharing or held (the rule had something to do)

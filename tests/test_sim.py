@@ -381,3 +381,20 @@ def test_cli_learning_intervals_are_checked(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["simulate", "--trace", "nope.csv", "--learn-pairs-every", "-5", "--no-progress"])
     assert exit_info.value.code == 2 and "--learn-pairs-every must be 0" in capsys.readouterr().err
+
+
+def test_a_start_that_runs_out_of_memory_counts_as_run_and_probe_hold_keeps_it_from_repeating():
+    """Live, a placement that runs out of memory was applied (Slurm started the job, which failed at
+    once): the simulator tells the policy it ran, so horus counts the probe (``explored``). Without
+    ``probe_hold`` the same pair only predicted is probed again as soon as the failed probe is gone;
+    with it, each pair waits for its measurement (the next feed): at most one failed start per pair."""
+    truth = constant_truth(0.0)  # every pair runs out of memory
+    trace = make_trace(40, span=60.0)
+    results = run_policies(trace, [NodeGroup(1, 2, "v100", 16384.0)], truth, ["horus", "horus/probe_hold=true"],
+                           holdout=False, predictor_factory=lambda kind: TruthPredictor(constant_truth(0.6)),
+                           options=SimOptions(oom_penalty=30.0))
+    free_for_all, held = results
+    assert free_for_all.runtime["explored:v100"] == free_for_all.oom_events  # every probe failed, each counted
+    pairs = len({tuple(sorted((a, b))) for a in CLASSES for b in CLASSES})
+    assert held.runtime["explored:v100"] == held.oom_events <= pairs < free_for_all.oom_events
+    assert summarize(held)["unfinished"] == summarize(free_for_all)["unfinished"] == 0

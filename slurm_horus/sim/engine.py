@@ -317,6 +317,9 @@ class Simulator:
                 classes = [self.running_by_id[r].run_class for r in state.gpu_jobs[g]] + [cls]
                 tputs = self.truth.set_tputs(classes, gtype)
                 if min(tputs) <= 0.0:
+                    # the decision was applied, as live (Slurm started the job, which failed at once):
+                    # the policy counts what ran (horus's probes, horus-risk's exploration budget)
+                    self.policy.running_job(job.req, decision, self.now)
                     self.oom_events += 1
                     job.ooms += 1
                     for other in classes[:-1]:

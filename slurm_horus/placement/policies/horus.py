@@ -32,6 +32,9 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
   cluster) is formed only where it shares no GPU of that type already, so that one running copy
   measures it instead of a cycle pairing many jobs on a prediction the first measurement would have
   corrected; which pairs share a GPU is read from the cluster state (``placement/sharing.py``);
+  with ``probe_hold`` (off: cross-validated) a probe's pair also stays held for one feed of the
+  history store from its start, so that a probe that fails at once (out of memory) is not tried
+  again and again before its measurement comes back;
 * fractional requests (``gpu_units``: shards, milli-GPU), CPU-only ones, and whole GPUs asked
   exclusively where the workload has fractional requests: FGD's rule
   (``placement/fragmentation.py``, ATC'23) — the node whose GPU grows the expected fragmentation
@@ -48,10 +51,12 @@ Queue order (``order``: ``sjf`` or ``fifo``) and the placement rule are independ
 """
 
 import functools
+import math
 from collections import deque
 
 import numpy as np
 
+from ..duration import FEED_EVERY_S
 from ..fragmentation import FragmentationModel
 from ..framework import (NEG_INF, NO_QUALIFYING_GPU, Cycle, Feasible, Policy, kept_after_release, nodes_holding,
                          pressure, shareable_gpus)
@@ -93,6 +98,11 @@ class Horus(Policy):
     seed = 0
     calibrate = 0.0  # measured pairs also correct the unmeasured ones (PairTable.calibrate: its shrinkage); 0: off
     probe_once = True  # a pair only predicted is formed where it shares no GPU already (docstring)
+    # a probe's pair stays held ``probe_hold_s`` from its start (its measurement reaches horusd at the
+    # next feed of the history store), even when the probe fails at once (out of memory): far fewer
+    # failed starts, a worse mean JCT on the tuning family (cross-validated: off; docs/simulator.md)
+    probe_hold = False
+    probe_hold_s = FEED_EVERY_S
     counts_probes = True  # count the jobs placed next to a pair only predicted (``explored:<GPU type>``)
 
     PROBES_KEPT = 4096  # probing answers remembered until their job runs (horusd's offers are never all taken)
@@ -108,7 +118,8 @@ class Horus(Policy):
             self.fragmentation.include_cpu = True
         self._rank = np.zeros(0)
         self.explored = {}  # GPU type -> jobs placed next to a pair only predicted (what learning it cost)
-        self._probes = {}  # job id -> GPU type, for a decision that forms a pair only predicted
+        self._probes = {}  # job id -> (GPU type, pair key), for a decision that forms a pair only predicted
+        self._held = {}  # pair key (GPU type id, class id, class id) -> held until (probe_once)
 
     def _node_rank(self, state):
         """Per node: its place in the tie order — the node id (first fit), or with ``tie_break=order``
@@ -125,10 +136,15 @@ class Horus(Policy):
         # the workload fragmentation is measured against: the requests that ran (a decision may be
         # asked and not applied: a dry run, an offer, a job that waits)
         self.fragmentation.observe(req)
+        record = super().running_job(req, decision, now)
         probed = self._probes.pop(req.job_id, None)
         if probed is not None and decision.shared:
-            self.explored[probed] = self.explored.get(probed, 0) + 1
-        return super().running_job(req, decision, now)
+            gpu_type, key = probed
+            self.explored[gpu_type] = self.explored.get(gpu_type, 0) + 1
+            # held until the next feed has told what it measured, should it fail at once (out of
+            # memory) and leave no trace in the state; while it runs, the state holds its pair
+            self._hold([key], now)
+        return record
 
     def counters(self):
         return {f"explored:{gpu_type}": count for gpu_type, count in sorted(self.explored.items())}
@@ -138,6 +154,12 @@ class Horus(Policy):
         if self.counts_probes and isinstance(old, Horus) and old.counts_probes:
             self.explored = dict(old.explored)
             self._probes = dict(old._probes)
+            names = old.pairs.classes.names if old.pairs is not None else None
+            if names is not None and self.pairs is not None:  # (class ids of the new table)
+                ids = self.pairs.classes.id
+                for (t, a, b), until in old._held.items():
+                    a, b = ids(names[a]), ids(names[b])
+                    self._held[(t, min(a, b), max(a, b))] = until
 
     def _decision(self, cycle, chosen, cands):
         decision = super()._decision(cycle, chosen, cands)
@@ -151,33 +173,63 @@ class Horus(Policy):
         return decision
 
     def _probe_of(self, cycle, chosen):
-        """The GPU type on which the decision at ``chosen`` joins a resident whose pair with the job is
-        only predicted (None: every pair it forms is measured)."""
+        """(GPU type, pair key) of the pair only predicted that the decision at ``chosen`` forms with a
+        resident (None: every pair it forms is measured)."""
         state, c = cycle.state, int(cycle.class_id)
         for pos in chosen:
             r = int(cycle.resident[pos])
             if r >= 0:
                 t = int(state.gpu_type_id[cycle.idx[pos]])
-                if self._unmeasured(state, (t, min(c, r), max(c, r))):
-                    return state.gpu_types[t]
+                key = (t, min(c, r), max(c, r))
+                if self._unmeasured(state, key):
+                    return state.gpu_types[t], key
         return None
 
-    def _probe_version(self, state):
-        """``probe_once``: a number that moves whenever a pair only predicted starts sharing its first
-        GPU or leaves its last one (what :meth:`_probing` reads besides the pair table's
-        measurements); None when the rule is off (or every pair is known: the simulator's truth)."""
+    def _probe_version(self, state, now):
+        """``probe_once``: a number that moves whenever the pairs only predicted that are held change:
+        one starts sharing its first GPU or leaves its last one, or (``probe_hold``) a probe's hold
+        (``probe_hold_s`` from its start: its measurement comes back at the next feed) ends by
+        ``now`` (what :meth:`_probing` reads besides the pair table's measurements); None when the
+        rule is off (or every pair is known: the simulator's truth). What is held at ``now`` depends
+        on the state and ``now`` only, not on when this was last asked."""
         if not self.probe_once or self.pairs is None or self.pairs.exact:
             return None
+        tracker = self._tracker()
+        moved = tracker.update(state, functools.partial(self._unmeasured, state))
+        if moved:
+            self._probe_moved(moved)
+        if now >= self._held_next:
+            ended = [key for key, until in self._held.items() if until <= now]
+            for key in ended:
+                del self._held[key]
+            self._held_next = min(self._held.values(), default=math.inf)
+            self._probe_moved(ended)
+        return self._probe_moves
+
+    def _tracker(self):
         tracker = self.__dict__.get("_sharing")
         if tracker is None:
             tracker = self._sharing = SharingPairs()
             self._probe_moves = 0
             self._probe_log = deque(maxlen=PROBE_LOG_KEEP)  # per move: the classes whose tests it changed
-        moved = tracker.update(state, functools.partial(self._unmeasured, state))
-        if moved:
+            self._held_next = min(self._held.values(), default=math.inf)  # the earliest hold's end
+        return tracker
+
+    def _hold(self, keys, start):
+        """``probe_hold``: hold the pairs ``keys`` until ``start`` + ``probe_hold_s``."""
+        if not keys or not self.probe_once or not self.probe_hold or self.pairs is None or self.pairs.exact:
+            return
+        self._tracker()
+        until = start + self.probe_hold_s
+        for key in keys:
+            self._held[key] = max(self._held.get(key, until), until)
+        self._held_next = min(self._held_next, until)
+        self._probe_moved(keys)
+
+    def _probe_moved(self, keys):
+        if keys:
             self._probe_moves += 1
-            self._probe_log.append({c for _t, a, b in moved for c in (a, b)})
-        return self._probe_moves
+            self._probe_log.append({c for _t, a, b in keys for c in (a, b)})
 
     def _probe_classes_since(self, version):
         """The classes whose pairs only predicted started or stopped sharing since :meth:`_probe_version`
@@ -193,11 +245,11 @@ class Horus(Policy):
         known = self.pairs.known(state.gpu_types[t])
         return a >= len(known) or b >= len(known) or not (known[a, b] and known[b, a])
 
-    def _no_pair(self, state, c):
+    def _no_pair(self, state, c, now):
         """The reason a job of class ``c`` waits when no pair passes: with ``probe_once``, it names the
-        classes whose pairs with ``c``, only predicted, are being measured on another GPU (the same
-        words on every path: the quick answers, the kept waits and the pipeline)."""
-        version = self._probe_version(state)
+        classes whose pairs with ``c``, only predicted, are being measured (the same words on every
+        path: the quick answers, the kept waits and the pipeline)."""
+        version = self._probe_version(state, now)
         if version is None:
             return NO_PAIR
         key = (version, self.pairs.n_observations, c)
@@ -215,7 +267,7 @@ class Horus(Policy):
             if names:
                 shown = sorted(names)
                 found += (f"; its pairs with {', '.join(shown[:3])}{' and others' if len(shown) > 3 else ''}, only "
-                          f"predicted, are being measured on another GPU first (one probe at a time)")
+                          f"predicted, are being measured first (one probe at a time)")
             kept[1][c] = found
         return found
 
@@ -231,7 +283,12 @@ class Horus(Policy):
         found = kept[1].get((gpu_type, n), False)
         if found is not False:
             return found
-        pairs = self._sharing.pairs(state.gpu_types.index(gpu_type))
+        t = state.gpu_types.index(gpu_type)
+        pairs = self._sharing.pairs(t)
+        if self._held:
+            held = [(a, b) for (k, a, b) in self._held if k == t]
+            if held:
+                pairs = np.concatenate([pairs, np.array(held, dtype=np.intp)])
         a, b = pairs[:, 0], pairs[:, 1]
         within = (a < n) & (b < n)
         a, b = a[within], b[within]
@@ -335,7 +392,7 @@ class Horus(Policy):
         may = None
         if first_free < 0:
             if self._waits(cycle, feasible):
-                return Decision(req.job_id, False, self.name, reason=self._no_pair(state, cycle.class_id),
+                return Decision(req.job_id, False, self.name, reason=self._no_pair(state, cycle.class_id, cycle.ctx.now),
                                 n_feasible=len(cycle.idx))
             may = self._may_pair(cycle, feasible, jt, rt, ok_c, bsbf_c)
         need_c = ok_c | bsbf_c
@@ -367,7 +424,7 @@ class Horus(Policy):
                                 or (self.free_score == best_value and first_free < best_pos)):
             return self._decision_at(cycle, [first_free])
         if best_pos < 0:
-            return Decision(req.job_id, False, self.name, reason=self._no_pair(state, cycle.class_id),
+            return Decision(req.job_id, False, self.name, reason=self._no_pair(state, cycle.class_id, cycle.ctx.now),
                             n_feasible=len(cycle.idx))
         return self._decision_at(cycle, [best_pos])
 
@@ -391,7 +448,7 @@ class Horus(Policy):
             return None  # (no pressure: the free-GPU rule)
         if not self._waits(cycle, feasible):
             return None
-        return self._no_pair(state, cycle.class_id)
+        return self._no_pair(state, cycle.class_id, cycle.ctx.now)
 
     def wait_epoch(self, state, ctx):
         """:meth:`wait_reason` reads, besides the cluster and the clock: the pair table (its classes;
@@ -412,7 +469,7 @@ class Horus(Policy):
             partners = ctx.extra[("_best_partner_key", id(self), state.gpu_types[0])]
         # (without the pressure every waiting job asks for at most the free GPUs: the free-GPU rule)
         return ("horus", len(state.classes.names), id(self.pairs.classes), ctx.waiting_gpus > state.n_free,
-                self._fractional_workload(), self._probe_version(state), partners)
+                self._fractional_workload(), self._probe_version(state, ctx.now), partners)
 
     def waits_after_token(self, state, ctx, old, new, waits):
         """The window's best partners are the part of the token a wait may outlive (the rest must be
@@ -507,7 +564,7 @@ class Horus(Policy):
         if window is not None and len(window):
             best = self._partners(state, ctx, window)
             partners = ctx.extra[("_best_partner_key", id(self), gpu_type)]
-        version = self._probe_version(state)
+        version = self._probe_version(state, ctx.now)
         key = (id(mat), len(mat), self.pairs.n_observations, gpu_type, partners, version)
         kept = self.__dict__.get("_all_tests")
         if kept is not None and kept[0] == key and kept[1] is mat:
@@ -543,7 +600,7 @@ class Horus(Policy):
         first_free = feasible.first_free
         relaxed = not pressure(cycle) and req.n_gpus <= state.n_free
         if not relaxed and first_free < 0 and self._waits(cycle, feasible):
-            return self._no_pair(state, cycle.class_id)
+            return self._no_pair(state, cycle.class_id, cycle.ctx.now)
         if first_free >= 0 and int(np.count_nonzero(state.node_free >= req.gpus_per_node)) >= req.nodes:
             return None  # free GPUs may be enough: the pipeline (the test below would cost as much)
         resident = feasible.resident
@@ -568,7 +625,7 @@ class Horus(Policy):
         pos = np.flatnonzero(may)
         if len(pos) and self._qualifying(cycle, pos, resident[pos], self._class_tests(cycle)).any():
             return NO_QUALIFYING_GPU
-        return self._no_pair(state, cycle.class_id)
+        return self._no_pair(state, cycle.class_id, cycle.ctx.now)
 
     def _waits(self, cycle, feasible) -> bool:
         """With no free feasible GPU, under pressure: whether no GPU can pass the pair test (the job
@@ -719,7 +776,7 @@ class Horus(Policy):
             score, ok = self._score_per_gpu(cycle)
         cycle.notes["reason"] = "pressure: best predicted pair"
         if not free.any() and not ok.any():
-            cycle.notes["wait_reason"] = self._no_pair(cycle.state, cycle.class_id)
+            cycle.notes["wait_reason"] = self._no_pair(cycle.state, cycle.class_id, cycle.ctx.now)
         return score
 
     def _score_per_gpu(self, cycle):
@@ -752,7 +809,7 @@ class Horus(Policy):
     def _probing_per_gpu(self, cycle):
         """:meth:`_probing` at each feasible GPU (its first resident's class; None: no GPU fails)."""
         state = cycle.state
-        version = self._probe_version(state)
+        version = self._probe_version(state, cycle.ctx.now)
         if version is None:
             return None
         out = None
@@ -818,7 +875,7 @@ class Horus(Policy):
         n_obs = self.pairs.n_observations
         extra = cycle.ctx.extra
         window = extra.get("window")
-        version = self._probe_version(state)
+        version = self._probe_version(state, cycle.ctx.now)
         at = extra.get(("_tests_at", id(self)))  # what this cycle's earlier calls found
         if at is None or at[0] is not mat or at[1] != n_obs or at[2] is not window or at[5] != version:
             cache = self.__dict__.get("_tests_cache")
