@@ -1300,3 +1300,26 @@ def test_a_rebuilt_horus_goes_on_counting_what_probing_cost():
     assert new.counters() == {"explored:v100": 3} and new._probes == {"j1": "v100"}
     new.explored["v100"] += 1
     assert old.explored == {"v100": 3}  # a copy
+
+
+def test_a_rebuilt_horus_keeps_the_pairs_it_holds_for_their_measurement():
+    """``probe_hold``: a reload builds a new table whose class ids may differ; the pairs held (until
+    their probe's measurement is due) are carried over under the new ids and still hold."""
+    old_state = cluster(1, 2)
+    old = make_policy("horus/probe_hold=true", models_for(old_state, TablePredictor(default=0.6)))
+    a, b = old.pairs.classes.id("lm-bs20"), old.pairs.classes.id("a3c")
+    old._hold([(0, min(a, b), max(a, b))], 100.0)
+    state = cluster(1, 2)
+    for name in ("zz", "a3c", "lm-bs20"):  # another order: other ids
+        state.classes.id(name)
+    new = make_policy("horus/probe_hold=true", models_for(state, TablePredictor(default=0.6)))
+    new.carry_over(old)
+    x, y = state.classes.ids["a3c"], state.classes.ids["lm-bs20"]
+    assert (x, y) != (b, a) and new._held == {(0, min(x, y), max(x, y)): 100.0 + new.probe_hold_s}
+    state.place(RunningJob("r0", "a3c", (0,), 0.0, 9000.0))
+    state.place(RunningJob("r1", "zz", (1,), 0.0, 9000.0))
+    ctx = SchedulingContext(200.0, 3, 3, 900.0)
+    held = new.decide(state, JobRequest("j", "lm-bs20", predicted_duration=50.0), ctx)
+    assert held.gpu_ids == (1,)  # not next to a3c: that pair is held
+    later = SchedulingContext(100.0 + new.probe_hold_s, 3, 3, 900.0)
+    assert new.decide(state, JobRequest("j2", "lm-bs20", predicted_duration=50.0), later).gpu_ids == (0,)  # its hold ended
