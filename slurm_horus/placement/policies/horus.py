@@ -117,7 +117,9 @@ class Horus(Policy):
         if self.cpu_shapes:
             self.fragmentation.include_cpu = True
         self._rank = np.zeros(0)
-        self.explored = {}  # GPU type -> jobs placed next to a pair only predicted (what learning it cost)
+        # GPU type -> jobs placed next to a pair only predicted (what learning it cost); horus-risk:
+        # those placed with an unknown pair on the expected benefit alone (its budget spent)
+        self.explored = {}
         self._probes = {}  # job id -> (GPU type, pair key), for a decision that forms a pair only predicted
         self._held = {}  # pair key (GPU type id, class id, class id) -> held until (probe_once)
 
@@ -156,10 +158,8 @@ class Horus(Policy):
             self._probes = dict(old._probes)
             names = old.pairs.classes.names if old.pairs is not None else None
             if names is not None and self.pairs is not None:  # (class ids of the new table)
-                ids = self.pairs.classes.id
                 for (t, a, b), until in old._held.items():
-                    a, b = ids(names[a]), ids(names[b])
-                    self._held[(t, min(a, b), max(a, b))] = until
+                    self._held[(t,) + self._pair_of(names[a], names[b])] = until
 
     def _decision(self, cycle, chosen, cands):
         decision = super()._decision(cycle, chosen, cands)
@@ -241,9 +241,18 @@ class Horus(Policy):
 
     def _unmeasured(self, state, key):
         """Whether the pair ``key`` (GPU type id, class id, class id) is not measured both ways."""
-        t, a, b = key
-        known = self.pairs.known(state.gpu_types[t])
-        return a >= len(known) or b >= len(known) or not (known[a, b] and known[b, a])
+        return not self._measured_both_ways(state.gpu_types[key[0]], key[1:])
+
+    def _pair_of(self, a_name, b_name):
+        """A pair's key by class names: its class ids in this table, smaller first."""
+        a, b = self.pairs.classes.id(a_name), self.pairs.classes.id(b_name)
+        return (a, b) if a <= b else (b, a)
+
+    def _measured_both_ways(self, gpu_type, pair):
+        """Whether the pair (class id, class id) is measured on ``gpu_type`` in both directions."""
+        kn = self.pairs.known(gpu_type)  # (after _pair_of: the matrix grows with a class new to it)
+        a, b = pair
+        return a < len(kn) and b < len(kn) and bool(kn[a, b] and kn[b, a])
 
     def _no_pair(self, state, c, now):
         """The reason a job of class ``c`` waits when no pair passes: with ``probe_once``, it names the

@@ -139,7 +139,7 @@ class HorusRisk(Horus):
     explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
     explore_once = False  # an explored pair is not explored again until measured (docstring; cross-validated: off)
     probe_once = False  # horus's bound on unmeasured pairs; here explore_budget and explore_once (refused)
-    counts_probes = False  # (it counts its exploration itself: ``explored``)
+    counts_probes = False  # (``explored`` counts the jobs placed on the benefit alone, its budget spent)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     calibrate_spread = False  # corrected values carry the spread the corrections showed (PairTable; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
@@ -157,7 +157,6 @@ class HorusRisk(Horus):
                              "horus-risk bounds them with explore_budget and explore_once")
         if pairs is not None and self.calibrate > 0 and self.calibrate_spread:
             pairs.calibrate_spread = True
-        self.explored = {}  # GPU type -> jobs placed with an unknown pair on the benefit alone
         self._exploring = {}  # job id -> (GPU type, class ids of the pair), for a decision that explores
         self._pending = {}  # GPU type -> {(class id, class id)}: explored, not measured yet (explore_once)
 
@@ -177,15 +176,6 @@ class HorusRisk(Horus):
             pair = self._pair_of(target, corunner)
             if self._measured_both_ways(gpu_type, pair):
                 pending.discard(pair)
-
-    def _pair_of(self, a_name, b_name):
-        """The pair's key in ``_exploring`` and ``_pending``: its class ids in this table, smaller first."""
-        a, b = self.pairs.classes.id(a_name), self.pairs.classes.id(b_name)
-        return (a, b) if a <= b else (b, a)
-
-    def _measured_both_ways(self, gpu_type, pair):
-        kn = self.pairs.known(gpu_type)  # (after _pair_of: the matrix grows with a class new to it)
-        return bool(kn[pair[0], pair[1]] and kn[pair[1], pair[0]])
 
     def carry_over(self, old):
         """A rebuilt horus-risk (horusd's reload) goes on with the budget spent and the pairs explored
@@ -217,9 +207,6 @@ class HorusRisk(Horus):
             elif b == c and a < n:
                 row[a] = True
         return row
-
-    def counters(self):
-        return {f"explored:{gpu_type}": count for gpu_type, count in sorted(self.explored.items())}
 
     def decide_quickly(self, cycle):
         """The pipeline's answer for a 1-GPU job: while free GPUs outnumber the queue the first free
