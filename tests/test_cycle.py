@@ -293,6 +293,45 @@ def test_pending_queue_retime_and_snapshot_copy_on_write():
     assert fifo.get("a").predicted_duration == 50.0
 
 
+def test_pending_queue_moves_many_re_keyed_jobs_at_once_as_one_by_one():
+    """Re-times are moved in the sorted lists together when next read (in one pass when many moved,
+    as when a user's estimate moves all of that user's jobs): the order, the per-geometry lists and
+    the totals are those of a queue built afresh, and a snapshot held meanwhile does not change."""
+    import random
+
+    rng = random.Random(5)
+    queue = PendingQueue(SJF())
+    for k in range(300):
+        queue.add(req(f"j{k}", duration=float(rng.choice([10, 20, 30, 40])), gpus=rng.choice([1, 2]), submit=k))
+    for step in range(60):
+        held = queue.snapshot()
+        before = list(held)
+        waiting = list(queue)
+        seconds = float(rng.choice([5, 15, 25, 35, 45]))
+        chosen = rng.sample(waiting, rng.choice([1, 3, 5, 40, 120]))
+        queue.retime_all(chosen, seconds)
+        if step % 3 == 0:  # jobs start and arrive between re-times
+            for r in rng.sample(list(queue), 5):
+                queue.remove(r.job_id)
+            queue.add(req(f"n{step}", duration=seconds, gpus=1, submit=1000 + step))
+        if step % 4 == 0:
+            queue.retime_all(rng.sample(list(queue), 30), float(rng.choice([12, 22])))  # twice before a read
+        expect = sorted(queue._jobs.values(), key=lambda found: found[0])
+        assert [r.job_id for r in queue] == [found[1].job_id for found in expect]
+        for size in ((1, 1), (2, 1)):
+            assert list(queue.snapshot(max_size=size[0] * size[1], leave_out=[s for s in ((1, 1), (2, 1)) if s != size])) == \
+                [found[0] for found in expect if (found[1].gpus_per_node, 1) == size]
+            queue.end_snapshot()
+        assert held == before  # the walk a cycle held is not moved under it
+        assert queue.work == pytest.approx(sum(r.expected_duration() * r.n_gpus for r in queue))
+    # a move of few keys shifts them in place (the copy-on-write still protects a held snapshot)
+    held = queue.snapshot()
+    before = list(held)
+    first = next(iter(queue))
+    queue.retime(first, 1e6)
+    assert [r.job_id for r in queue][-1] == first.job_id and held == before
+
+
 def test_which_queues_re_sort_a_job_whose_estimate_moved():
     """A queue re-keys a re-timed job unless its policy's key is known to read no duration (the
     FIFO key, or a policy that says so); a policy with a key of its own that says nothing is re-keyed."""

@@ -236,6 +236,49 @@ def test_bad_duration_options_and_limits_give_one_line(tmp_path, capsys, args, m
     assert message in err and "Traceback" not in err
 
 
+def test_a_fifo_queue_shares_one_estimate_per_group_and_hands_it_to_a_job_that_leaves():
+    """A queue whose order reads no duration (FIFO) carries one estimate per group of waiting jobs:
+    a new estimate is one assignment for all of them. Every waiting job still reads what the
+    estimator says now (the same check as for an SJF queue), the queue's total follows, and a job
+    that leaves keeps the estimate it had then, not the group's later ones."""
+    import numpy as np
+
+    from slurm_horus.placement.cycle import PendingQueue
+    from slurm_horus.placement.duration import QueueEstimates
+    from slurm_horus.placement.policies import SlurmDefault
+
+    rng = np.random.default_rng(12)
+    estimator = DurationEstimator(DurationSettings(recent=3, adaptive=True))
+    queue = PendingQueue(SlurmDefault())
+    assert queue.fixed_keys
+    tracker = QueueEstimates(estimator, queue)
+    users, classes = ["u0", "u1", "u2", ""], ["a", "b", "c", ""]
+    left = []
+    moved = 0
+    for step in range(400):
+        action = rng.random()
+        if action < 0.5:
+            req = JobRequest(f"j{step}", str(rng.choice(classes)), user=str(rng.choice(users)), submit_time=step,
+                             time_limit=float(rng.choice([0, 500, 5000])) or None, gpus_per_node=int(rng.choice([1, 2])))
+            tracker.add(req)
+        elif action < 0.7 and len(queue):
+            starts = list(queue)[int(rng.integers(len(queue)))]  # a job starts
+            now = (starts.expected_duration(), starts.duration_spread())
+            gone = queue.remove(starts.job_id)
+            assert gone.shared_estimate is None and (gone.predicted_duration, gone.duration_sigma) == now
+            left.append((gone, now[0]))
+        else:
+            moved += tracker.observe(str(rng.choice(users)), str(rng.choice(classes)), float(rng.uniform(10, 9000)))
+        for req in queue:
+            assert req.expected_duration() == estimator.estimate_request(req).seconds, (step, req)
+            assert req.duration_spread() == estimator.seconds_spread(req.user, req.job_class, req.time_limit)[2]
+        assert [r.job_id for r in queue] == [r.job_id for r in sorted(queue, key=lambda r: (r.submit_time, r.job_id))]
+        assert queue.work == pytest.approx(sum(r.expected_duration() * r.n_gpus for r in queue))
+    assert moved > 50 and len(queue) > 10 and len(left) > 30
+    assert all(req.expected_duration() == seconds for req, seconds in left)  # not the group's later estimates
+    assert estimator.reorders >= 2
+
+
 def test_waiting_jobs_keep_the_current_estimate_and_their_queue_place():
     """QueueEstimates re-estimates only the jobs a finished run can change; the result must be what
     re-estimating the whole queue after every end gives (random users, classes and runs), and each

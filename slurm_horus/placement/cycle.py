@@ -54,7 +54,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from .elastic import Shrink
 from .framework import Policy, SchedulingContext, queue_reads_duration
-from .request import Decision, JobRequest
+from .request import Decision, JobRequest, SharedEstimate
 from .state import ClusterState
 
 
@@ -90,6 +90,9 @@ class PendingQueue:
         self._keys: List[tuple] = []  # sorted (policy key, job id); may still hold the keys in _gone
         self._by_size: Dict[tuple, List[tuple]] = {}  # request geometry -> its jobs' keys, sorted (as _keys)
         self._gone: Dict[str, Tuple[tuple, tuple]] = {}  # job id -> (key, geometry) removed from _jobs, not yet from the lists
+        # job id -> [its key in the lists, its key now, geometry]: re-keyed (a new estimate), the
+        # lists not yet moved; moved together when next read or changed (:meth:`_apply_moves`)
+        self._moves: Dict[str, list] = {}
         self._jobs: Dict[str, Tuple[tuple, JobRequest, int]] = {}  # job id -> (key, request, shape id)
         # request shapes (:func:`request_shape`) of the waiting jobs: shape -> its id, id -> jobs of it
         self._shape_ids: Dict[tuple, int] = {}
@@ -125,6 +128,8 @@ class PendingQueue:
         del keys[bisect.bisect_left(keys, key)]
 
     def add(self, req: JobRequest):
+        if self._moves:
+            self._apply_moves()
         if req.job_id in self._jobs:
             self.remove(req.job_id)
         key = (self.policy.queue_key(req), req.job_id)
@@ -137,10 +142,16 @@ class PendingQueue:
             self._insert(key, size)
         self._jobs[req.job_id] = (key, req, self._count_shape(req))
         n = req.gpus_per_node * req.nodes
+        shared = req.shared_estimate
+        if shared is not None:
+            shared.jobs += 1
+            shared.gpus += n
         self.gpus += n
         self.work += req.expected_duration() * n
 
     def remove(self, job_id: str) -> Optional[JobRequest]:
+        if self._moves:
+            self._apply_moves()
         found = self._jobs.pop(job_id, None)
         if found is None:
             return None
@@ -150,9 +161,14 @@ class PendingQueue:
         n = req.gpus_per_node * req.nodes
         self.gpus -= n
         self.work -= req.expected_duration() * n
+        shared = req.shared_estimate
+        if shared is not None:  # it leaves with the estimate it carries now
+            shared.jobs -= 1
+            shared.gpus -= n
+            req.predicted_duration, req.duration_sigma, req.shared_estimate = shared.seconds, shared.sigma, None
         if not self._jobs:
             self.gpus, self.work = 0, 0.0  # no float drift across an empty queue
-            self._keys, self._by_size, self._gone, self._lent = [], {}, {}, False
+            self._keys, self._by_size, self._gone, self._lent, self._moves = [], {}, {}, False, {}
             self._shapes, self._shape_ids = {}, {}
         return req
 
@@ -184,6 +200,20 @@ class PendingQueue:
         queue key does not depend on the duration (FIFO)."""
         self.retime_all([req], seconds)
 
+    @property
+    def fixed_keys(self) -> bool:
+        """Whether a job's place and shape stay when its estimate moves (FIFO key, no decision
+        reads the duration): its estimate may then be a :class:`SharedEstimate`."""
+        return self._fixed_keys
+
+    def retime_shared(self, shared: SharedEstimate, seconds: float, sigma: Optional[float]):
+        """A new estimate for every waiting job that carries ``shared`` (a queue with
+        :attr:`fixed_keys`): the total follows, nothing else moves."""
+        if not self._fixed_keys:
+            raise ValueError("a queue whose order reads durations re-keys each job (retime_all)")
+        self.work += (seconds - shared.seconds) * shared.gpus
+        shared.seconds, shared.sigma = seconds, sigma
+
     def retime_all(self, reqs: List[JobRequest], seconds: float):
         """:meth:`retime` for each of ``reqs`` (queued jobs), in one call (the float sums as remove,
         then add)."""
@@ -208,18 +238,52 @@ class PendingQueue:
             req.predicted_duration = seconds
             new = (key_of(req), job_id)
             if new != key:
-                self._own()
-                size = self._size(req)
-                self._delete(key, size)
-                self._insert(new, size)
+                pending = self._moves.get(job_id)
+                if pending is None:
+                    self._moves[job_id] = [key, new, self._size(req)]
+                else:
+                    pending[1] = new
             if with_duration:
                 sid = self._count_shape(req)
             jobs[job_id] = (new, req, sid)
             work += req.expected_duration() * n
         self.work = work
 
+    # more keys than this to move rebuild the sorted lists in one pass (a copy of each list, instead
+    # of a shift of it per key: a user's new estimate re-keys every waiting job of that user)
+    BULK_MOVE = 4
+
+    def _apply_moves(self):
+        """Move the re-keyed jobs' keys in the sorted lists (:meth:`retime_all` defers it, so that
+        the re-times of a feed of run times move each list once)."""
+        moved: Dict[tuple, Tuple[List[tuple], List[tuple]]] = {}  # geometry -> (keys listed, keys now)
+        for listed, now, size in self._moves.values():
+            if listed != now:
+                pair = moved.get(size)
+                if pair is None:
+                    pair = moved[size] = ([], [])
+                pair[0].append(listed)
+                pair[1].append(now)
+        self._moves = {}
+        if sum(len(olds) for olds, _news in moved.values()) <= self.BULK_MOVE:
+            for size, (olds, news) in moved.items():
+                self._own()
+                for old, new in zip(olds, news):
+                    self._delete(old, size)
+                    self._insert(new, size)
+            return
+        # new lists: a snapshot that a cycle holds keeps the old ones, nothing to copy first
+        self._keys = _moved(self._keys, [k for olds, _ in moved.values() for k in olds],
+                            [k for _, news in moved.values() for k in news])
+        by_size = dict(self._by_size)
+        for size, (olds, news) in moved.items():
+            by_size[size] = _moved(by_size[size], olds, news)
+        self._by_size = by_size
+
     def _flush(self) -> List[tuple]:
-        """The sorted keys of the waiting jobs only (removals applied)."""
+        """The sorted keys of the waiting jobs only (removals and re-keys applied)."""
+        if self._moves:
+            self._apply_moves()
         if self._gone:
             self._own()
             for key, size in self._gone.values():
@@ -241,7 +305,7 @@ class PendingQueue:
             keys = self._flush()
             self._lent = True
             return keys
-        if after is None:
+        if after is None or self._moves:
             self._flush()
         self._lent = True
         lists = []
@@ -255,6 +319,8 @@ class PendingQueue:
     def largest(self, max_size: int) -> int:
         """The most GPUs a waiting job's geometry asks for, among those asking for at most ``max_size``
         (removed jobs not yet flushed may count)."""
+        if self._moves:
+            self._apply_moves()
         return max((per_node * nodes for (per_node, nodes), keys in self._by_size.items()
                     if keys and per_node * nodes <= max_size), default=0)
 
@@ -284,6 +350,30 @@ class PendingQueue:
     def head(self, n: int) -> List[JobRequest]:
         jobs = self._jobs
         return [jobs[key[1]][1] for key in self._flush()[:n]]
+
+
+def _moved(keys: List[tuple], olds: List[tuple], news: List[tuple]) -> List[tuple]:
+    """A new sorted list: ``keys`` (sorted, unique) without ``olds`` (each in it) and with ``news``
+    (none in it). One pass: positions found by bisection, the rest copied by slices."""
+    bisect_left = bisect.bisect_left
+    gone = sorted(bisect_left(keys, k) for k in olds)
+    out: List[tuple] = []
+    prev, i, n_gone = 0, 0, len(gone)
+    for key in sorted(news):
+        at = bisect_left(keys, key)  # it goes before the element at ``at`` of ``keys``
+        while i < n_gone and gone[i] < at:
+            out += keys[prev:gone[i]]
+            prev = gone[i] + 1
+            i += 1
+        out += keys[prev:at]
+        prev = at
+        out.append(key)
+    while i < n_gone:
+        out += keys[prev:gone[i]]
+        prev = gone[i] + 1
+        i += 1
+    out += keys[prev:]
+    return out
 
 
 def request_shape(req: JobRequest, with_duration: bool) -> tuple:

@@ -37,10 +37,11 @@ whenever the more specific key had no run yet. Correlation, not the error size: 
 estimate never moves (the site's median) has a small error on a uniform history but tells no two
 jobs apart, which is all SJF's order reads. The simulator's JSON shows the order a run ended with
 (``estimator.order``), horusd's ``ping`` the one it uses (``duration_order``; the site setting
-``duration_levels = measured`` turns it on there). Off by default for its cost in the simulator under a long
-queue: once the user's level comes first, each end of a user's job re-estimates every waiting job of
-that user (:class:`QueueEstimates`), and the 82k-job loaded run of ``bench_speed.py`` takes 131 s
-instead of 25 s with ``slurm-default`` (docs/placement.md).
+``duration_levels = measured`` turns it on there). Off by default: once the user's level comes first, each end
+of a user's job re-estimates every waiting job of that user (:class:`QueueEstimates`); a FIFO queue
+pays that once per group (a shared estimate), but an SJF queue re-keys each job, and under a long
+queue the simulator pays for it (``sjf`` on the 82k-job loaded run of ``bench_speed.py``: 93 s against
+about 20 s); its effect on the policies is mixed (docs/placement.md).
 
 Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
 Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``
@@ -56,6 +57,8 @@ from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from .request import SharedEstimate
 
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 MAD_TO_SIGMA = 1.4826
@@ -285,8 +288,10 @@ class QueueEstimates:
     own user+class, class, user and site keys, so only the jobs indexed there (and those still on a
     fallback) are estimated again. Jobs of one user, class and time limit always carry the same
     estimate, so they are indexed and estimated as one group (one estimate per group, not per job);
-    a group whose estimate changes hands it to its waiting jobs through ``queue.retime`` (their queue
-    position may depend on it). ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue`
+    a group whose estimate changes hands it to its waiting jobs through ``queue.retime_all`` (their queue
+    position may depend on it), or, in a queue whose order and decisions read no duration
+    (``queue.fixed_keys``), its jobs carry one :class:`~slurm_horus.placement.request.SharedEstimate`
+    and a new estimate is one ``queue.retime_shared``. ``queue`` is a :class:`~slurm_horus.placement.cycle.PendingQueue`
     (``add``, ``requests``, ``retime_all``); jobs the queue no longer holds (they started) are dropped lazily.
     """
 
@@ -301,6 +306,10 @@ class QueueEstimates:
         self._seconds: Dict[tuple, float] = {}  # group -> the estimate all its waiting jobs carry
         self._sigma: Dict[tuple, float] = {}  # group -> the estimate's spread (log-σ) they carry
         self._by_key: Dict[tuple, set] = {}  # history key -> groups whose estimate it may change
+        # a queue whose order reads no duration: a group's waiting jobs carry one SharedEstimate
+        # (``_groups`` maps the group to it), so a new estimate costs one assignment, whatever the
+        # number of jobs (a user's estimate moves every waiting job of that user)
+        self._shared = bool(getattr(queue, "fixed_keys", False))
 
     def _index(self, group: tuple, source: str, only=None):
         """File the group under the key its estimate came from and every more specific one (a run
@@ -323,6 +332,8 @@ class QueueEstimates:
 
     def add(self, req) -> float:
         """Estimate ``req`` now, set its ``predicted_duration`` and queue it; returns the estimate."""
+        if self._shared:
+            return self._add_shared(req)
         seconds, source, req.duration_sigma = self.estimator.seconds_spread(req.user, req.job_class, req.time_limit)
         req.predicted_duration = seconds  # before queueing: the queue keys on it
         self.queue.add(req)
@@ -338,6 +349,21 @@ class QueueEstimates:
         members.add(req.job_id)
         self._seconds[group] = seconds
         self._sigma[group] = req.duration_sigma
+        self._index(group, source)
+        return seconds
+
+    def _add_shared(self, req) -> float:
+        seconds, source, sigma = self.estimator.seconds_spread(req.user, req.job_class, req.time_limit)
+        group = (req.user or "", req.job_class or "", req.time_limit)
+        shared = self._groups.get(group)
+        if shared is None:
+            shared = self._groups[group] = SharedEstimate(seconds, sigma)
+        elif shared.seconds != seconds or shared.sigma != sigma:  # (never: re-estimated whenever it may change)
+            self.queue.retime_shared(shared, seconds, sigma)
+        if req.job_id in self.queue:
+            self.queue.remove(req.job_id)
+        req.predicted_duration, req.duration_sigma, req.shared_estimate = seconds, sigma, shared
+        self.queue.add(req)
         self._index(group, source)
         return seconds
 
@@ -386,6 +412,15 @@ class QueueEstimates:
         """Estimate ``group`` again and give its waiting jobs the result: (jobs moved, the level the
         estimate came from), or None when none of its jobs waits any more (the group is dropped)."""
         seconds, source, sigma = self.estimator.seconds_spread(group[0], group[1], group[2])
+        if self._shared:
+            shared = members
+            if not shared.jobs:
+                del self._groups[group]
+                return None
+            moved = shared.jobs if seconds != shared.seconds else 0
+            if seconds != shared.seconds or sigma != shared.sigma:
+                self.queue.retime_shared(shared, seconds, sigma)
+            return moved, source
         if sigma != self._sigma[group]:
             self._respread(group, members, sigma)
         moved = self._retime(group, members, seconds) if seconds != self._seconds[group] else 0
@@ -400,8 +435,9 @@ class QueueEstimates:
         moved = 0
         for group in sorted(self._groups, key=_group_order):  # sorted: the same order on every run
             members = self._groups[group]
-            ids = sorted(members)
-            members.difference_update(j for j, req in zip(ids, self.queue.requests(ids)) if req is None)
+            if not self._shared:
+                ids = sorted(members)
+                members.difference_update(j for j, req in zip(ids, self.queue.requests(ids)) if req is None)
             found = self._reestimate(group, members)
             if found is not None:
                 moved += found[0]

@@ -6,6 +6,20 @@ from typing import Dict, List, Optional, Tuple
 from .elastic import ElasticSpec
 
 
+class SharedEstimate:
+    """One duration estimate that several waiting requests carry (the simulator's queue estimates,
+    for a queue whose order reads no duration): a new estimate is one assignment here, not one per
+    job. The queue counts the jobs and GPUs that carry it and hands each its value when it leaves."""
+
+    __slots__ = ("seconds", "sigma", "jobs", "gpus")
+
+    def __init__(self, seconds: float, sigma: Optional[float]):
+        self.seconds = seconds
+        self.sigma = sigma
+        self.jobs = 0  # waiting jobs that carry it
+        self.gpus = 0  # the GPUs they ask for
+
+
 @dataclass
 class JobRequest:
     """A job waiting for GPUs, as the scheduler sees it at submission."""
@@ -34,6 +48,14 @@ class JobRequest:
     cpu_milli: float = 0.0  # per node; 0 = not checked
     memory_mib: float = 0.0  # host memory per node; 0 = not checked
     gpu_types: Tuple[str, ...] = ()  # any of these GPU types (Alibaba's gpu_spec ``V100M16|V100M32``)
+    # while it waits, the estimate it shares with the jobs of its group (``predicted_duration`` and
+    # ``duration_sigma`` are then those it had when queued; the queue writes them back when it leaves)
+    shared_estimate: Optional[SharedEstimate] = field(default=None, repr=False, compare=False)
+
+    def duration_spread(self) -> Optional[float]:
+        """The spread (log-σ) of the expected duration (``duration_sigma``, or the shared estimate's)."""
+        shared = self.shared_estimate
+        return shared.sigma if shared is not None else self.duration_sigma
 
     @property
     def n_gpus(self) -> int:
@@ -41,6 +63,9 @@ class JobRequest:
 
     def expected_duration(self, default: float = 3600.0) -> float:
         """Best guess of the run time alone: prediction, else time limit, else ``default``."""
+        shared = self.shared_estimate
+        if shared is not None and shared.seconds > 0:
+            return float(shared.seconds)
         if self.predicted_duration is not None and self.predicted_duration > 0:
             return float(self.predicted_duration)
         if self.time_limit is not None and self.time_limit > 0:

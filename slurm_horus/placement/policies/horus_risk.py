@@ -317,7 +317,7 @@ class HorusRisk(Horus):
                 explore[sel] &= ~row[np.where(cycle.resident[sel] < 0, len(row) - 1,
                                               np.minimum(cycle.resident[sel], len(row) - 1))]
         k = np.where(explore, 0.0, self.risk)
-        s_d = float(req.duration_sigma or 0.0)
+        s_d = float(req.duration_spread() or 0.0)
         q = self._behind(cycle)
         if free.any():  # a free GPU is there: the pair must also add throughput, as confidently
             busy = busy & (jt + rt - 1.0 - k * np.sqrt(sj * sj + sr * sr) > 0)
@@ -373,7 +373,7 @@ class HorusRisk(Horus):
             busy_c &= jt_c + rt_c - 1.0 - k_c * np.sqrt(sj_c * sj_c + sr_c * sr_c) > 0
         cycle.notes["reason"] = "pressure: expected benefit net of risk"
         e_a = req.expected_duration()
-        s_d = float(req.duration_sigma or 0.0)
+        s_d = float(req.duration_spread() or 0.0)
         q = self._behind(cycle)
         classes = np.flatnonzero(busy_c)
         if len(classes):
