@@ -10,7 +10,9 @@ case where the scheduling cycle, the queue and the duration estimates cost. Read
 reported (CPU seconds per 1,000 jobs at each size, and the ratio of the largest to the smallest).
 ``simulate_cpu_s`` (``time.process_time``) is the figure: the machine is shared, wall time
 (``simulate_s``) moves with its load (``load_avg``, the 1-minute load average at the end). Prints
-one JSON document.
+one JSON document. ``--duration-levels measured`` runs the duration estimator with its measured level
+order (opt-in; each end of a user's job re-estimates all of that user's waiting jobs, which a long
+queue pays for).
 """
 
 import argparse
@@ -30,7 +32,9 @@ def shared_data() -> Path:
     return Path(os.environ.get("HORUS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-def one(policy: str, n_jobs: int, cluster: str, load: float) -> dict:
+def one(policy: str, n_jobs: int, cluster: str, load: float, levels: str = "fixed") -> dict:
+    from slurm_horus.placement.duration import DurationSettings
+    from slurm_horus.sim.engine import SimOptions
     from slurm_horus.sim.metrics import summarize
     from slurm_horus.sim.run import parse_cluster, run_policies
     from slurm_horus.sim.traces import read_trace
@@ -41,10 +45,11 @@ def one(policy: str, n_jobs: int, cluster: str, load: float) -> dict:
     jobs = sorted(jobs, key=lambda j: j.submit_time)[:n_jobs]
     truth = load_truth("gavel:v100")
     t1, c1 = time.perf_counter(), time.process_time()
-    result = run_policies(jobs, parse_cluster(cluster), truth, [policy], load=load)[0]
+    options = SimOptions(duration_settings=DurationSettings(adaptive=levels == "measured"))
+    result = run_policies(jobs, parse_cluster(cluster), truth, [policy], load=load, options=options)[0]
     t2, c2 = time.perf_counter(), time.process_time()
     s = summarize(result)
-    return {"policy": policy, "jobs": len(jobs), "read_s": round(t1 - t0, 2), "simulate_s": round(t2 - t1, 2),
+    return {"policy": policy, "jobs": len(jobs), "duration_levels": levels, "read_s": round(t1 - t0, 2), "simulate_s": round(t2 - t1, 2),
             "simulate_cpu_s": round(c2 - c1, 2), "load_avg": round(os.getloadavg()[0], 2),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "unfinished": s["unfinished"], "mean_jct_s": round(s["mean_jct"], 1),
@@ -57,20 +62,23 @@ def main():
     parser.add_argument("--sizes", default="10000,20000,40000,82247")
     parser.add_argument("--cluster", default="512x4:v100")
     parser.add_argument("--load", type=float, default=6.0, help="arrival-rate multiplier (6: a queue forms)")
-    parser.add_argument("--child", nargs=4, metavar=("POLICY", "JOBS", "CLUSTER", "LOAD"), help=argparse.SUPPRESS)
+    parser.add_argument("--duration-levels", choices=["fixed", "measured"], default="fixed",
+                        help="the duration estimator's level order (measured: what it costs a long queue)")
+    parser.add_argument("--child", nargs=5, metavar=("POLICY", "JOBS", "CLUSTER", "LOAD", "LEVELS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one(args.child[0], int(args.child[1]), args.child[2], float(args.child[3]))))
+        print(json.dumps(one(args.child[0], int(args.child[1]), args.child[2], float(args.child[3]), args.child[4])))
         return
     rows = []
     for policy in args.policies.split(","):
         for size in args.sizes.split(","):
-            out = subprocess.run([sys.executable, __file__, "--child", policy, size, args.cluster, str(args.load)],
+            out = subprocess.run([sys.executable, __file__, "--child", policy, size, args.cluster, str(args.load),
+                                  args.duration_levels],
                                  capture_output=True, text=True, check=True)
             row = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
-    print(json.dumps({"cluster": args.cluster, "load": args.load, "runs": rows, "growth": growth(rows)}, indent=2))
+    print(json.dumps({"cluster": args.cluster, "load": args.load, "duration_levels": args.duration_levels, "runs": rows, "growth": growth(rows)}, indent=2))
 
 
 def growth(rows) -> dict:
