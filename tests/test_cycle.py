@@ -795,6 +795,28 @@ def test_horus_forms_a_pair_only_predicted_once_at_a_time():
     assert policy.counters() == {"explored:v100": 2}  # (measured pairs are no probes)
 
 
+def test_horus_keeps_no_slot_for_a_partner_held_back_by_probe_once():
+    """A job joins a resident only when no waiting job pairs with it better by more than
+    ``partner_slack`` (the slot is kept for that job). A waiting job whose pair with the resident is
+    held back by ``probe_once`` (being measured on another GPU) cannot take the slot: it keeps none.
+    Here the a-a pair (predicted 1.6) is probed on GPU 0; the b job (b-a measured, 1.4) takes GPU 1
+    instead of waiting for an a job that may not come before the probe's measurement."""
+    state = cluster(nodes=2, gpus=1)
+    policy = table_policy("horus", state, {("a", "a"): 0.8, ("b", "a"): 0.7, ("a", "b"): 0.7})
+    policy.observe("v100", "b", "a", 0.7)
+    policy.observe("v100", "a", "b", 0.7)
+    for g in range(2):
+        state.place(RunningJob(f"r{g}", "a", (g,), 0.0, 50000.0))
+    state.place(RunningJob("probe", "a", (0,), 0.0, 40000.0))  # a-a shares GPU 0: being measured
+    queue = PendingQueue(policy)
+    queue.add(req("ja", duration=300.0, cls="a", submit=0.0))
+    queue.add(req("jb", duration=40000.0, cls="b", submit=1.0))  # long: no short-next-to-long exception
+    start, order = placer(state, policy, now=10.0)
+    result = run_cycle(state, policy, queue, 10.0, start)
+    assert order == ["jb"] and state.jobs["jb"].gpus == (1,)
+    assert "one probe at a time" in result.waiting["ja"]
+
+
 def test_horus_probes_a_pair_once_per_gpu_type_on_a_mixed_cluster():
     """On a cluster of two GPU types (the per-GPU scoring), a pair only predicted is measured per GPU
     type: it is formed once on each type at a time."""

@@ -15,7 +15,8 @@ that a well-chosen pair does more than one job's worth of work per GPU. Rule, pe
   is worth more; when neither exists the job waits (a better partner or a free GPU will come);
 * pairing is benefit-aware across the queue, not only for the job at hand: when the caller passes
   the classes of the first waiting jobs (``ctx.extra["window"]``), a job joins resident ``r`` only
-  if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it);
+  if no waiting job pairs with ``r`` better by more than ``partner_slack`` (the slot is kept for it;
+  not for a job whose pair with ``r`` ``probe_once`` holds back: it could not take it);
 * no pair that loses on completion time: every pair must also pass SJF-BSBF's test (sharing
   beats the job waiting for its partner), so two long jobs never lock a GPU together for days
   while short jobs queue (``require_benefit``);
@@ -959,22 +960,30 @@ class Horus(Policy):
         name = gpu_type or state.gpu_types[0]
         cache = ctx.extra.setdefault("_best_partner", {})
         mat = self.pairs.matrix(name)
-        best = cache.get((id(self), name))
+        # a waiting job whose pair with the resident is held back (``probe_once``: being measured
+        # elsewhere) cannot take the slot: no slot is kept for it
+        version = self._probe_version(state, ctx.now)
+        best = cache.get((id(self), name, version))
         if best is None or len(best) != len(mat) + 1:
             classes = frozenset(window)
             # kept across cycles too, per set of window classes (a cycle's window is mostly the last's)
             kept = self.__dict__.setdefault("_partners_kept", {})
-            key = (name, id(mat), len(mat), self.pairs.n_observations, classes)
+            key = (name, id(mat), len(mat), self.pairs.n_observations, classes, version)
             found = kept.get(key)
             if found is None or found[2] is not mat:
                 w = np.fromiter(classes, dtype=np.intp)  # (each class once: the same maximum)
+                combined = mat[w, :] + mat[:, w].T
+                probing = self._probing(state, name, len(mat), version)
+                if probing is not None:
+                    combined = np.where(probing[w, :], -np.inf, combined)
                 # trailing 0: a free GPU (resident -1) has no partner to keep it for
-                best = np.append((mat[w, :] + mat[:, w].T).max(axis=0), 0.0)
+                best = np.append(np.maximum(combined.max(axis=0), 0.0) if probing is not None else
+                                 combined.max(axis=0), 0.0)
                 best.flags.writeable = False
                 if len(kept) >= 256:
                     kept.clear()
                 found = kept[key] = (best, best.tobytes(), mat)  # its values, for the token
-            best = cache[(id(self), name)] = found[0]
+            best = cache[(id(self), name, version)] = found[0]
             ctx.extra[("_best_partner_key", id(self), name)] = found[1]
         return best
 
