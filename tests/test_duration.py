@@ -236,6 +236,43 @@ def test_bad_duration_options_and_limits_give_one_line(tmp_path, capsys, args, m
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_feed_of_run_times_re_estimates_the_queue_once_as_one_by_one(adaptive):
+    """The simulator hands a feed's run times over together (``observe_many``): each waiting group is
+    re-estimated once, after the last run, and the queue ends as after the runs one by one — the same
+    estimates, spreads and SJF order — having re-timed fewer jobs."""
+    import numpy as np
+
+    from slurm_horus.placement.cycle import PendingQueue
+    from slurm_horus.placement.duration import QueueEstimates
+    from slurm_horus.placement.policies import SJF
+
+    rng = np.random.default_rng(13)
+    settings = DurationSettings(recent=3, adaptive=adaptive, min_scored=5)
+    one, many = (QueueEstimates(DurationEstimator(settings), PendingQueue(SJF())) for _ in range(2))
+    users, classes = ["u0", "u1", "u2", ""], ["a", "b", "c", ""]
+    moved_one = moved_many = 0
+    for step in range(150):
+        for k in range(int(rng.integers(0, 6))):
+            fields = dict(job_id=f"j{step}.{k}", job_class=str(rng.choice(classes)), user=str(rng.choice(users)),
+                          submit_time=step, time_limit=float(rng.choice([0, 500, 5000])) or None)
+            one.add(JobRequest(**fields))
+            many.add(JobRequest(**fields))
+        if len(one.queue) > 3 and rng.random() < 0.5:
+            job_id = next(iter(one.queue)).job_id  # the first job starts
+            one.queue.remove(job_id)
+            many.queue.remove(job_id)
+        feed = [(str(rng.choice(users)), str(rng.choice(classes)), float(rng.uniform(10, 9000)))
+                for _ in range(int(rng.integers(0, 5)))]
+        moved_one += sum(one.observe(*run) for run in feed)
+        moved_many += many.observe_many(feed)
+        assert [(r.job_id, r.expected_duration(), r.duration_spread()) for r in one.queue] == \
+            [(r.job_id, r.expected_duration(), r.duration_spread()) for r in many.queue], step
+        assert many.queue.work == pytest.approx(one.queue.work)
+    assert one.estimator.reorders == many.estimator.reorders and (not adaptive or many.estimator.reorders >= 1)
+    assert 0 < moved_many < moved_one
+
+
 def test_a_fifo_queue_shares_one_estimate_per_group_and_hands_it_to_a_job_that_leaves():
     """A queue whose order reads no duration (FIFO) carries one estimate per group of waiting jobs:
     a new estimate is one assignment for all of them. Every waiting job still reads what the

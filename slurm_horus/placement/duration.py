@@ -40,8 +40,8 @@ jobs apart, which is all SJF's order reads. The simulator's JSON shows the order
 ``duration_levels = measured`` turns it on there). Off by default: once the user's level comes first, each end
 of a user's job re-estimates every waiting job of that user (:class:`QueueEstimates`); a FIFO queue
 pays that once per group (a shared estimate), but an SJF queue re-keys each job, and under a long
-queue the simulator pays for it (``sjf`` on the 82k-job loaded run of ``bench_speed.py``: 93 s against
-about 20 s); its effect on the policies is mixed (docs/placement.md).
+queue the simulator pays for it (``sjf`` on the 82k-job loaded run of ``bench_speed.py``: 41 s against
+17 s); its effect on the policies is mixed (docs/placement.md).
 
 Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
 Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``
@@ -406,6 +406,37 @@ class QueueEstimates:
                     moved += found[0]
                     # filed under the other keys already, unless it now rests on another level
                     self._index(group, found[1], only=key if key == _source_key(found[1], group) else None)
+        return moved
+
+    def observe_many(self, runs: Sequence[Tuple[str, str, float]]) -> int:
+        """:meth:`observe` for each (user, class, run time) in turn (a feed of run times, in end
+        order), re-estimating each waiting group those runs may change once, after the last: the
+        same estimates as one by one (they depend on the estimator's history only), each group's
+        jobs re-timed (an SJF queue re-keys them) once per feed instead of once per run."""
+        estimator = self.estimator
+        reorders = estimator.reorders
+        keys: Dict[tuple, None] = {}
+        for user, job_class, run_time in runs:
+            estimator.observe(user, job_class, run_time)
+            for level in estimator.settings.levels:
+                key = _key(level, user or "", job_class or "")
+                if key is not None:
+                    keys[key] = None
+        if estimator.reorders != reorders:
+            return self._reestimate_all()
+        keys[self.FALLBACK] = None
+        groups = set()
+        for key in keys:
+            groups.update(self._by_key.pop(key, ()))
+        moved = 0
+        for group in sorted(groups, key=_group_order):  # sorted: the same order on every run
+            members = self._groups.get(group)
+            if members is None:
+                continue  # dropped: none of its jobs waits
+            found = self._reestimate(group, members)
+            if found is not None:
+                moved += found[0]
+                self._index(group, found[1])  # (taken out of every key read above: filed again)
         return moved
 
     def _reestimate(self, group: tuple, members: set) -> Optional[Tuple[int, str]]:

@@ -433,8 +433,15 @@ class Simulator:
             boundary = math.floor(t / every) * every
             k = 0
             while k < len(held) and held[k][0] < boundary:
-                learn(*held[k][1:])
                 k += 1
+            if not k:
+                continue
+            many = getattr(learn, "__self__", None) is self.estimates and self.estimates is not None
+            if many:  # a feed of run times: the waiting jobs are re-estimated once, after the last
+                self.estimates.observe_many([told[1:] for told in held[:k]])
+            else:
+                for told in held[:k]:
+                    learn(*told[1:])
             del held[:k]
 
     def _stop(self, job: SimJob) -> List[SimJob]:
