@@ -387,26 +387,7 @@ class QueueEstimates:
 
     def observe(self, user: str, job_class: str, run_time: float) -> int:
         """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
-        estimator = self.estimator
-        reorders = estimator.reorders
-        estimator.observe(user, job_class, run_time)
-        if estimator.reorders != reorders:
-            return self._reestimate_all()
-        keys = [_key(level, user or "", job_class or "") for level in estimator.settings.levels]
-        keys = [k for k in keys if k is not None] + [self.FALLBACK]
-        moved = 0
-        for key in keys:
-            groups = self._by_key.pop(key, None)
-            for group in sorted(groups or (), key=_group_order):  # sorted: the same order on every run
-                members = self._groups.get(group)
-                if members is None:
-                    continue  # dropped: none of its jobs waits
-                found = self._reestimate(group, members)
-                if found is not None:
-                    moved += found[0]
-                    # filed under the other keys already, unless it now rests on another level
-                    self._index(group, found[1], only=key if key == _source_key(found[1], group) else None)
-        return moved
+        return self.observe_many([(user, job_class, run_time)])
 
     def observe_many(self, runs: Sequence[Tuple[str, str, float]]) -> int:
         """:meth:`observe` for each (user, class, run time) in turn (a feed of run times, in end
