@@ -10,9 +10,9 @@ case where the scheduling cycle, the queue and the duration estimates cost. Read
 reported (CPU seconds per 1,000 jobs at each size, and the ratio of the largest to the smallest).
 ``simulate_cpu_s`` (``time.process_time``) is the figure: the machine is shared, wall time
 (``simulate_s``) moves with its load (``load_avg``, the 1-minute load average at the end). Prints
-one JSON document. ``--duration-levels measured`` runs the duration estimator with its measured level
-order (opt-in; each end of a user's job re-estimates all of that user's waiting jobs, which a long
-queue pays for).
+one JSON document. ``--duration-levels fixed`` runs the duration estimator with its fixed level order
+(with the default measured order, each end of a user's job re-estimates all of that user's waiting
+jobs, which a long queue pays for).
 """
 
 import argparse
@@ -32,7 +32,7 @@ def shared_data() -> Path:
     return Path(os.environ.get("HORUS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-def one(policy: str, n_jobs: int, cluster: str, load: float, levels: str = "fixed") -> dict:
+def one(policy: str, n_jobs: int, cluster: str, load: float, levels: str = "measured") -> dict:
     from slurm_horus.placement.duration import DurationSettings
     from slurm_horus.sim.engine import SimOptions
     from slurm_horus.sim.metrics import summarize
@@ -62,8 +62,8 @@ def main():
     parser.add_argument("--sizes", default="10000,20000,40000,82247")
     parser.add_argument("--cluster", default="512x4:v100")
     parser.add_argument("--load", type=float, default=6.0, help="arrival-rate multiplier (6: a queue forms)")
-    parser.add_argument("--duration-levels", choices=["fixed", "measured"], default="fixed",
-                        help="the duration estimator's level order (measured: what it costs a long queue)")
+    parser.add_argument("--duration-levels", choices=["fixed", "measured"], default="measured",
+                        help="the duration estimator's level order (fixed: what the measured order costs a long queue)")
     parser.add_argument("--child", nargs=5, metavar=("POLICY", "JOBS", "CLUSTER", "LOAD", "LEVELS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -111,10 +111,10 @@ SETTINGS = {
         Setting("share_unknown", parse_bool, False, "may jobs of an unknown class share a GPU"),
         Setting("min_share_confidence", _parse_fraction, 0.0,
                 "only share when the model's answer comes from a source at least this trusted"),
-        Setting("duration_levels", _parse_choice("fixed", "measured"), "fixed",
-                "the order horusd's duration estimator tries its histories in: fixed (user+class, class, "
-                "user, site) or measured (best correlated with the run times first, once two levels have "
-                "each estimated 20 finished jobs of the history store)"),
+        Setting("duration_levels", _parse_choice("fixed", "measured"), "measured",
+                "the order horusd's duration estimator tries its histories in: measured (best correlated "
+                "with the run times first, once two levels have each estimated 20 finished jobs of the "
+                "history store; user+class, class, user, site until then) or fixed (always that order)"),
         Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),
         Setting("sbatch", str, "sbatch",
                 "the real sbatch that horus-sbatch runs (a path, or a name looked up on PATH)"),

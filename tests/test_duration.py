@@ -61,7 +61,7 @@ def test_levels_are_tried_in_the_order_of_their_measured_error():
             est.observe(user, cls, float(base * rng.lognormal(0.0, 0.3)))
         return est
 
-    assert not DurationSettings().adaptive  # opt-in (its cost under a long queue: docs/placement.md)
+    assert DurationSettings().adaptive  # the default since issue 13 (tuning family: docs/placement.md)
     noisy = feed(DurationSettings(adaptive=True), class_decides=False)
     assert noisy.order.index("user") < noisy.order.index("class") and noisy.order[0] == "user"
     scores = noisy.level_scores()
@@ -180,11 +180,13 @@ def test_simulate_estimates_durations_by_default_and_oracle_only_when_asked(tmp_
     assert est["policies"]["oracle"]["durations"] == "oracle" and est["policies"]["oracle"]["duration_mare"] == 0
     assert "dur.err" in output and "exact" in output
     assert re.search(r"levels at the end (user\+class|class|user|site)( > (user\+class|class|user|site)){3}", output)
-    assert len(sjf["estimator"]["order"].split(" > ")) == 4 and "to start with" not in output
-    assert "(median of recent runs: user+class > class > user > site, capped" in output  # the settings' order
+    assert len(sjf["estimator"]["order"].split(" > ")) == 4
+    # the default: the settings' order to start with, then the measured one
+    assert "(median of recent runs: user+class > class > user > site to start with, then the order the " \
+           "levels' estimates earned, capped" in output
     assert est["learning"] == {"pairs_every_s": 300.0, "durations_every_s": 300.0}  # horusd's feed
-    measured, _ = _run(base + ["--duration-levels", "measured"], tmp_path)
-    assert "to start with, then the order the levels' estimates earned" in measured
+    fixed, _ = _run(base + ["--duration-levels", "fixed"], tmp_path)
+    assert "(median of recent runs: user+class > class > user > site, capped" in fixed and "to start with" not in fixed
     sources = est["policies"]["sjf"]["estimator"]["sources"]
     assert sources.get("default", 0) > 0 and sources.get("user+class", 0) > 0  # learned as jobs ended
     _, told = _run(base + ["--durations", "oracle"], tmp_path)

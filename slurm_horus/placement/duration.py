@@ -25,7 +25,7 @@ than its past runs do; calibrated so that 80 % of run times fall in [low, high])
 or default) carries ``prior_log_sigma``. ``low`` and ``high`` are the 10th and 90th percentiles of
 that log-normal, both capped by the limit.
 
-**Which key knows** (``adaptive``, off by default; ``horus simulate --duration-levels measured``):
+**Which key knows** (``adaptive``, the default since issue 13; ``--duration-levels fixed`` turns it off):
 the order of step 1 is measured, not fixed. Each finished job is first estimated by every level that
 has runs for it, as if it were still waiting, and per level the estimator keeps the correlation of
 the logs of those estimates with the logs of the run times (:meth:`DurationEstimator.level_scores`).
@@ -37,11 +37,11 @@ whenever the more specific key had no run yet. Correlation, not the error size: 
 estimate never moves (the site's median) has a small error on a uniform history but tells no two
 jobs apart, which is all SJF's order reads. The simulator's JSON shows the order a run ended with
 (``estimator.order``), horusd's ``ping`` the one it uses (``duration_order``; the site setting
-``duration_levels = measured`` turns it on there). Off by default: once the user's level comes first, each end
-of a user's job re-estimates every waiting job of that user (:class:`QueueEstimates`); a FIFO queue
-pays that once per group (a shared estimate), but an SJF queue re-keys each job, and under a long
-queue the simulator pays for it (``sjf`` on the 82k-job loaded run of ``bench_speed.py``: 41 s against
-17 s); its effect on the policies is mixed (docs/placement.md).
+``duration_levels``, ``measured`` by default). Chosen as the default on issue 13's tuning family
+(V100 × Philly 1-GPU, estimated durations, 3 loads × 3 seeds: every SJF-style policy's mean JCT lower,
+``horus`` by 14 %; docs/placement.md). What it costs: once the user's level comes first, each end of
+a user's job re-estimates every waiting job of that user (:class:`QueueEstimates`); a FIFO queue pays
+that once per group (a shared estimate), an SJF queue re-keys each job once per feed.
 
 Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
 Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``
@@ -96,9 +96,9 @@ class DurationSettings:
     prior_log_sigma: float = 1.5  # spread of a fallback; small samples are shrunk toward it
     prior_runs: float = 2.0  # weight of the prior spread, in runs
     spread_scale: float = 1.7  # factor on the spread of a sample (calibration: 80 % inside [low, high])
-    # True: levels tried in the order their estimates earned on the jobs that finished (module
-    # docstring, "Which key knows"); False (default): always ``levels``' order
-    adaptive: bool = False
+    # True (default): levels tried in the order their estimates earned on the jobs that finished
+    # (module docstring, "Which key knows"); False: always ``levels``' order
+    adaptive: bool = True
     min_scored: int = 20  # a level is moved only once it and the one it passes each predicted this many
 
     def __post_init__(self):

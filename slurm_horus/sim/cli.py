@@ -122,10 +122,10 @@ def _interval_text(seconds: float) -> str:
                    "(caps the estimates; not enforced)")
 @click.option("--default-duration", default=3600.0, show_default=True, type=float,
               help="estimate (s) for a job with no time limit before any job has finished")
-@click.option("--duration-levels", type=click.Choice(["fixed", "measured"]), default="fixed",
+@click.option("--duration-levels", type=click.Choice(["fixed", "measured"]), default="measured",
               show_default=True,
-              help="the order the duration estimator tries its histories in: fixed (user+class > class > "
-                   "user > site) or measured (by how well each level's estimates followed the run times)")
+              help="the order the duration estimator tries its histories in: measured (by how well each "
+                   "level's estimates followed the run times) or fixed (user+class > class > user > site)")
 @click.option("--slowdown-limit", default=None, type=float,
               help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--learn-pairs-every", "learn_pairs_every", default=None, type=float,

@@ -136,14 +136,16 @@ class HorusRisk(Horus):
     order_rule = "sjf"
     uses_duration = True
     risk = 0.25  # standard deviations of the benefit a pair must clear (cross-validated: bench_robust)
-    explore_budget = 64  # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs)
+    # per GPU type: jobs that may pair on the expected benefit alone (unknown pairs); 8 and ``guard``
+    # 0.8: the seventh tuning run's choice, made with the measured duration levels (docs/simulator.md)
+    explore_budget = 8
     explore_once = False  # an explored pair is not explored again until measured (docstring; cross-validated: off)
     probe_once = False  # horus's bound on unmeasured pairs; here explore_budget and explore_once (refused)
     counts_probes = False  # (``explored`` counts the jobs placed on the benefit alone, its budget spent)
     calibrate = 3.0  # measured pairs correct the unmeasured ones (PairTable.calibrate; cross-validated)
     calibrate_spread = False  # corrected values carry the spread the corrections showed (PairTable; cross-validated)
     min_tput = 0.35  # fractions of a GPU only (FGD's rule): never next to a job slowed under this
-    guard = 0.0  # makespan guard (see the docstring); 0: off
+    guard = 0.8  # makespan guard (see the docstring); 0: off
     guard_queue = 2.0
     frag_tolerance = 0.0  # milli-GPU: fragmentation increases this close to the least count as equal
     queue = 0.0  # the benefit counts the jobs queued behind (_benefit; cross-validated: off); 0: the pair only
