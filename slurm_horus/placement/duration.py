@@ -332,38 +332,31 @@ class QueueEstimates:
 
     def add(self, req) -> float:
         """Estimate ``req`` now, set its ``predicted_duration`` and queue it; returns the estimate."""
-        if self._shared:
-            return self._add_shared(req)
-        seconds, source, req.duration_sigma = self.estimator.seconds_spread(req.user, req.job_class, req.time_limit)
-        req.predicted_duration = seconds  # before queueing: the queue keys on it
-        self.queue.add(req)
-        group = (req.user or "", req.job_class or "", req.time_limit)
-        members = self._groups.get(group)
-        if members is None:
-            members = self._groups[group] = set()
-        else:  # (never different: the group is re-estimated whenever it may change)
-            if self._sigma[group] != req.duration_sigma:
-                self._respread(group, members, req.duration_sigma)
-            if self._seconds[group] != seconds:
-                self._retime(group, members, seconds)
-        members.add(req.job_id)
-        self._seconds[group] = seconds
-        self._sigma[group] = req.duration_sigma
-        self._index(group, source)
-        return seconds
-
-    def _add_shared(self, req) -> float:
         seconds, source, sigma = self.estimator.seconds_spread(req.user, req.job_class, req.time_limit)
         group = (req.user or "", req.job_class or "", req.time_limit)
-        shared = self._groups.get(group)
-        if shared is None:
-            shared = self._groups[group] = SharedEstimate(seconds, sigma)
-        elif shared.seconds != seconds or shared.sigma != sigma:  # (never: re-estimated whenever it may change)
-            self.queue.retime_shared(shared, seconds, sigma)
-        if req.job_id in self.queue:
-            self.queue.remove(req.job_id)
-        req.predicted_duration, req.duration_sigma, req.shared_estimate = seconds, sigma, shared
+        members = self._groups.get(group)
+        # (a group's estimate never differs here: it is re-estimated whenever it may change)
+        if self._shared:
+            if members is None:
+                members = self._groups[group] = SharedEstimate(seconds, sigma)
+            elif members.seconds != seconds or members.sigma != sigma:
+                self.queue.retime_shared(members, seconds, sigma)
+            if req.job_id in self.queue:
+                self.queue.remove(req.job_id)  # (it would hand back the estimate attached below)
+            req.shared_estimate = members
+        req.predicted_duration, req.duration_sigma = seconds, sigma  # before queueing: the queue keys on it
         self.queue.add(req)
+        if not self._shared:
+            if members is None:
+                members = self._groups[group] = set()
+            else:
+                if self._sigma[group] != sigma:
+                    self._respread(group, members, sigma)
+                if self._seconds[group] != seconds:
+                    self._retime(group, members, seconds)
+            members.add(req.job_id)
+            self._seconds[group] = seconds
+            self._sigma[group] = sigma
         self._index(group, source)
         return seconds
 

@@ -160,6 +160,14 @@ class SimResult:
     runtime: Dict[str, int] = None  # counters of the policy's runtime (DeepBoot: resizes, shrinks...)
 
 
+def _one_by_one(learn):
+    """A batch learner that hands each argument tuple of the batch to ``learn`` in turn."""
+    def learn_all(batch):
+        for args in batch:
+            learn(*args)
+    return learn_all
+
+
 class Simulator:
     def __init__(self, state: ClusterState, truth: Truth, policy: Policy, trace: Sequence[TraceJob],
                  options: Optional[SimOptions] = None,
@@ -203,10 +211,12 @@ class Simulator:
             if not every >= 0:
                 raise ValueError("learning intervals must be 0 (at once), positive, or inf (never)")
         # what ended jobs tell, per kind: (held until learned: (time, arguments) in time order, the
-        # interval, who learns it): pair measurements the policy, run times the duration estimator
-        learner = self.estimates if self.estimates is not None else self.estimator
-        self.pairs_told = ([], self.options.learn_pairs_every_s, policy.observe)
-        self.runs_told = ([], self.options.learn_durations_every_s, learner.observe)
+        # interval, who learns a batch of arguments): pair measurements the policy, run times the
+        # duration estimator (the waiting jobs' estimates re-estimated once per batch, after its last)
+        self.pairs_told = ([], self.options.learn_pairs_every_s, _one_by_one(policy.observe))
+        self.runs_told = ([], self.options.learn_durations_every_s,
+                          self.estimates.observe_many if self.estimates is not None
+                          else _one_by_one(self.estimator.observe))
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
         self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
@@ -422,7 +432,7 @@ class Simulator:
         if every > 0:
             held.append((self.now,) + args)
         else:
-            learn(*args)
+            learn([args])
 
     def _learn_held(self, t: float):
         """Hand the policy (pairs) and the duration estimator (run times) what was told before the last
@@ -434,15 +444,9 @@ class Simulator:
             k = 0
             while k < len(held) and held[k][0] < boundary:
                 k += 1
-            if not k:
-                continue
-            many = getattr(learn, "__self__", None) is self.estimates and self.estimates is not None
-            if many:  # a feed of run times: the waiting jobs are re-estimated once, after the last
-                self.estimates.observe_many([told[1:] for told in held[:k]])
-            else:
-                for told in held[:k]:
-                    learn(*told[1:])
-            del held[:k]
+            if k:
+                learn([told[1:] for told in held[:k]])
+                del held[:k]
 
     def _stop(self, job: SimJob) -> List[SimJob]:
         """Take a running job off its GPUs; return the jobs whose co-runner set changed."""

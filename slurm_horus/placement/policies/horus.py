@@ -977,8 +977,8 @@ class Horus(Policy):
                 if probing is not None:
                     combined = np.where(probing[w, :], -np.inf, combined)
                 # trailing 0: a free GPU (resident -1) has no partner to keep it for
-                best = np.append(np.maximum(combined.max(axis=0), 0.0) if probing is not None else
-                                 combined.max(axis=0), 0.0)
+                # (at least 0: every window class held back from a resident keeps nothing for it)
+                best = np.append(np.maximum(combined.max(axis=0), 0.0), 0.0)
                 best.flags.writeable = False
                 if len(kept) >= 256:
                     kept.clear()
