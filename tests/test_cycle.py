@@ -332,6 +332,24 @@ def test_pending_queue_moves_many_re_keyed_jobs_at_once_as_one_by_one():
     assert [r.job_id for r in queue][-1] == first.job_id and held == before
 
 
+def test_moved_gives_the_sorted_list_whatever_share_of_it_moves():
+    """Both ways of moving keys (bisection for a few, filter and merge for many) give the list sorted
+    afresh, and leave the list they read as it was (a cycle's snapshot may hold it)."""
+    import random
+
+    from slurm_horus.placement.cycle import FILTER_SHARE, _moved
+
+    rng = random.Random(3)
+    keys = sorted(((float(rng.randint(1, 50)), float(k), f"j{k}"), f"j{k}") for k in range(240))
+    for count in (1, 5, int(FILTER_SHARE * len(keys)), int(FILTER_SHARE * len(keys)) + 1, 100, 240):
+        olds = rng.sample(keys, count)
+        # (a new duration ends in .5: no new key equals a key of the list)
+        news = [((rng.randint(1, 50) + 0.5, key[0][1], key[1]), key[1]) for key in olds]
+        before = list(keys)
+        moved = _moved(keys, olds, news)
+        assert moved == sorted(set(keys) - set(olds) | set(news)) and keys == before
+
+
 def test_which_queues_re_sort_a_job_whose_estimate_moved():
     """A queue re-keys a re-timed job unless its policy's key is known to read no duration (the
     FIFO key, or a policy that says so); a policy with a key of its own that says nothing is re-keyed."""

@@ -352,9 +352,22 @@ class PendingQueue:
         return [jobs[key[1]][1] for key in self._flush()[:n]]
 
 
+# ``_moved``: a share of the list's keys moving above which the list is filtered and merged (a pass
+# over every key, in C) rather than each key found by bisection (measured crossover: about 1 in 12)
+FILTER_SHARE = 1 / 12
+
+
 def _moved(keys: List[tuple], olds: List[tuple], news: List[tuple]) -> List[tuple]:
     """A new sorted list: ``keys`` (sorted, unique) without ``olds`` (each in it) and with ``news``
-    (none in it). One pass: positions found by bisection, the rest copied by slices."""
+    (none in it). Few keys: one pass, positions found by bisection, the rest copied by slices; many
+    (a user's new estimate re-keys most of a long queue): the kept keys, filtered, then the new ones,
+    merged by one sort of the two sorted runs."""
+    if len(olds) > FILTER_SHARE * len(keys):
+        gone = set(olds)
+        out = [key for key in keys if key not in gone]
+        out += sorted(news)
+        out.sort()  # two sorted runs: one merge
+        return out
     bisect_left = bisect.bisect_left
     gone = sorted(bisect_left(keys, k) for k in olds)
     out: List[tuple] = []
