@@ -115,6 +115,10 @@ SETTINGS = {
                 "the order horusd's duration estimator tries its histories in: measured (best correlated "
                 "with the run times first, once two levels have each estimated 20 finished jobs of the "
                 "history store; user+class, class, user, site until then) or fixed (always that order)"),
+        Setting("duration_recent", _parse_choice("end", "start"), "end",
+                "which runs of a history are its most recent ones, the ones the duration estimator takes "
+                "the median of: end (those that ended last) or start (those that started last: a long job "
+                "ending now started long ago)"),
         Setting("log_level", _parse_choice("debug", "info", "warning", "error"), "info", "log level"),
         Setting("sbatch", str, "sbatch",
                 "the real sbatch that horus-sbatch runs (a path, or a name looked up on PATH)"),

@@ -91,6 +91,56 @@ def test_recent_runs_only_and_min_runs():
         DurationSettings(recent=2, min_runs=3)
 
 
+def test_recent_by_start_keeps_the_runs_that_started_last():
+    """``recent_by="start"``: the median of the runs that started last. A long run that ends after
+    shorter ones that started later changes nothing once they fill the window (in end order it would
+    displace one of them); a run whose start is unknown counts as the latest; by end (the default)
+    the same feed is read in end order."""
+    feed = [(60.0, 0.0), (70.0, 100.0), (80.0, 200.0), (90.0, 300.0), (12000.0, 50.0), (13000.0, 60.0)]
+    by_start, by_end = (DurationEstimator(DurationSettings(recent=3, recent_by=by)) for by in ("start", "end"))
+    for run, start in feed:  # the two long ones started early and end last
+        by_start.observe("u", "c", run, start)
+        by_end.observe("u", "c", run, start)
+    assert by_start.estimate("u", "c").seconds == 80.0  # 70, 80, 90: the three latest starts
+    assert by_end.estimate("u", "c").seconds == 12000.0  # 90, 12000, 13000: the three latest ends
+    by_start.observe("u", "c", 10.0)  # no start known: the latest
+    assert by_start.estimate("u", "c").seconds == 80.0  # 80, 90, 10
+    by_start.observe("u", "c", 5.0, 250.0)  # between the kept starts 200 and 300
+    assert by_start.estimate("u", "c").seconds == 10.0  # 90, 5, 10 (200 dropped)
+    with pytest.raises(ValueError, match="recent_by"):
+        DurationSettings(recent_by="submit")
+
+
+def test_the_simulator_tells_the_estimator_when_each_run_started():
+    """The simulator hands the estimator each ended run's start (its end less its run time), as horusd
+    reads sacct's Start: on 4 GPUs, two long jobs and six short ones start at 0, 60 and 120; the long
+    ones end last. A job arriving after all of them is estimated from the two runs that started last
+    (short) with ``recent_by="start"``, from the two that ended last (long) by end."""
+    from slurm_horus.sim.engine import SimOptions
+    from slurm_horus.sim.run import parse_cluster, run_policies
+    from slurm_horus.sim.traces import TraceJob
+    from slurm_horus.sim.truth import load_truth
+
+    cls = sorted(load_truth("gavel:v100").classes)[0]
+    trace = [TraceJob(f"j{k}", float(k) * 1e-3, 10000.0 if k < 2 else 60.0, job_class=cls, user="u") for k in range(8)]
+    trace.append(TraceJob("late", 30000.0, 60.0, job_class=cls, user="u"))
+    seen = {}
+    for by in ("start", "end"):
+        settings = DurationSettings(recent=2, recent_by=by, adaptive=False)
+        result, = run_policies(trace, parse_cluster("1x4:v100"), load_truth("gavel:v100"), ["slurm-default"],
+                               options=SimOptions(duration_settings=settings, learn_durations_every_s=0))
+        seen[by] = next(j for j in result.jobs if j.req.job_id == "late").estimate.seconds
+    assert seen == {"start": pytest.approx(60.0), "end": pytest.approx(10000.0)}
+
+
+def test_records_adapter_reads_start_times_when_the_runs_are_taken_by_start():
+    rows = [{"user": "u", "job_class": "c", "elapsed_s": run, "state": "COMPLETED", "n_gpus": 1,
+             "start_time": start, "end_time": start + run}
+            for run, start in ((100, 1000), (110, 1100), (50000, 0), (120, 1200))]
+    assert estimator_from_records(rows, DurationSettings(recent=2, recent_by="start")).estimate("u", "c").seconds == 115.0
+    assert estimator_from_records(rows, DurationSettings(recent=2)).estimate("u", "c").seconds == 25060.0
+
+
 def test_spread_is_narrow_for_steady_jobs_and_wide_for_erratic_or_unknown_ones():
     steady, erratic = DurationEstimator(), DurationEstimator()
     for k in range(10):

@@ -278,6 +278,24 @@ def test_horusd_reads_the_run_times_of_the_history_store(tmp_path):
     assert History(str(tmp_path / "nothere" / "x" / "\0bad")).duration_estimator() is None  # unreadable: None
 
 
+def _site_fed_from(tmp_path, rows):
+    """A history store holding ``rows`` and an empty site file: (the site file, ``fed(environ)`` ->
+    (the config those settings give, the duration estimator horusd feeds from the store with it))."""
+    from slurm_horus.config import load_config
+    from slurm_horus.service.app import duration_settings
+    from slurm_horus.service.history import History
+    from slurm_horus.store.db import open_db
+
+    open_db(tmp_path / "h.db")["jobs"].insert_all(rows)
+    site_file = tmp_path / "horus.conf"
+    site_file.write_text("")
+
+    def fed(environ):
+        config = load_config(environ=dict(environ, HORUS_DB=str(tmp_path / "h.db")), path=str(site_file))
+        return config, History(config.db, duration_settings=duration_settings(config)).duration_estimator()
+    return site_file, fed
+
+
 def test_duration_levels_site_setting_reaches_horusds_estimator(tmp_path):
     """``duration_levels = measured``: the estimator horusd feeds from its store tries the history that
     follows the run times best first (here the user: the class is drawn at random); ``fixed`` (the
@@ -287,9 +305,7 @@ def test_duration_levels_site_setting_reaches_horusds_estimator(tmp_path):
 
     from slurm_horus.config import load_config
     from slurm_horus.errors import ConfigError
-    from slurm_horus.service.app import build_placer, duration_settings
-    from slurm_horus.service.history import History
-    from slurm_horus.store.db import open_db
+    from slurm_horus.service.app import build_placer
 
     rng = random.Random(3)
     rows = []
@@ -298,22 +314,43 @@ def test_duration_levels_site_setting_reaches_horusds_estimator(tmp_path):
         rows.append({"cluster": "c", "job_id": k, "user": f"u{who}", "job_class": f"c{cls}", "state": "COMPLETED",
                      "elapsed_s": round(100 * 3 ** who * rng.lognormvariate(0, 0.3)), "end_time": 1000 + k,
                      "n_gpus": 1, "shards": 0})
-    open_db(tmp_path / "h.db")["jobs"].insert_all(rows)
-    site_file = tmp_path / "horus.conf"
-    site_file.write_text("")
+    site_file, fed = _site_fed_from(tmp_path, rows)
     orders = {}
     for levels in ("fixed", "measured"):
-        config = load_config(environ={"HORUS_DURATION_LEVELS": levels, "HORUS_DB": str(tmp_path / "h.db")},
-                             path=str(site_file))
+        config, estimator = fed({"HORUS_DURATION_LEVELS": levels})
         assert config.duration_levels == levels
         placer = build_placer(config)
         assert placer.durations.order_text == "user+class > class > user > site"  # nothing learned yet
-        estimator = History(config.db, duration_settings=duration_settings(config)).duration_estimator()
         orders[levels] = estimator.order_text
     assert orders["fixed"] == "user+class > class > user > site"
     assert orders["measured"].startswith("user >")
     with pytest.raises(ConfigError, match="duration_levels"):
         load_config(environ={"HORUS_DURATION_LEVELS": "best"}, path=str(site_file))
+
+
+def test_duration_recent_site_setting_reaches_horusds_estimator(tmp_path):
+    """``duration_recent = start``: horusd's estimator, fed from its store, takes the median of the runs
+    that started last (the store's start times); ``end`` (the default) of those that ended last; another
+    value is an error line that names the setting."""
+    from slurm_horus.config import load_config
+    from slurm_horus.errors import ConfigError
+
+    # ten long runs that started first and ended last, and ten short ones started after them
+    rows = [{"cluster": "c", "job_id": k, "user": "u", "job_class": "c", "state": "COMPLETED", "elapsed_s": 60,
+             "start_time": 1000 + 100 * k, "end_time": 1060 + 100 * k, "n_gpus": 1, "shards": 0} for k in range(10)]
+    rows += [{"cluster": "c", "job_id": 10 + k, "user": "u", "job_class": "c", "state": "COMPLETED",
+              "elapsed_s": 20000, "start_time": 900 + k, "end_time": 20900 + k, "n_gpus": 1, "shards": 0}
+             for k in range(10)]
+    site_file, fed = _site_fed_from(tmp_path, rows)
+    seconds = {}
+    for recent in ("end", "start"):
+        config, estimator = fed({"HORUS_DURATION_RECENT": recent})
+        assert config.duration_recent == recent
+        seconds[recent] = estimator.seconds("u", "c")[0]
+    assert seconds == {"end": 20000.0, "start": 60.0}
+    assert load_config(environ={}, path=str(site_file)).duration_recent == "end"
+    with pytest.raises(ConfigError, match="duration_recent"):
+        load_config(environ={"HORUS_DURATION_RECENT": "submit"}, path=str(site_file))
 
 
 def test_a_pair_only_predicted_is_probed_once_until_horusd_learns_it():

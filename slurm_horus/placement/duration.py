@@ -43,6 +43,18 @@ jobs apart, which is all SJF's order reads. The simulator's JSON shows the order
 a user's job re-estimates every waiting job of that user (:class:`QueueEstimates`); a FIFO queue pays
 that once per group (a shared estimate), an SJF queue re-keys each job once per feed.
 
+**Recent by start** (``recent_by``; ``--duration-recent``, the site setting ``duration_recent``):
+which runs of a key are "the last ``recent``". By default (``end``) those that ended last, in the order
+they were observed. The runs that end last are biased toward long ones: a long run that ends now
+started long ago, with short ones that ended since. Under an SJF queue that bias can lock a user out:
+the user's short jobs run first, the runs that then end are the long ones started with them, the
+user's estimate jumps to theirs, every waiting job of that user goes to the back of a saturated queue,
+none of them ends, and nothing corrects the estimate until the queue drains. With ``start`` the window
+holds the runs that started last (a run whose start is not known counts as the latest; the simulator
+gives a run's end less its run time, horusd the store's ``start_time``): a long run that started
+before every kept run leaves them as they are. Not the default: chosen against on issue 13's tuning
+family (docs/placement.md, "Recent by start").
+
 Settings (``recent``, ``min_runs``, the level order, ``spread_scale``, ``adaptive``) were chosen on
 Gavel's ``traces_msr`` and the error is reported on Pollux's ``philly.csv``
 (``bench/bench_durations.py``; figures in ``docs/placement.md``).
@@ -51,10 +63,11 @@ Pure: no SQLite, no Slurm. :func:`estimator_from_records` takes plain records (t
 ``jobs`` rows as dicts) so that horusd can feed it from sacct-ingested history.
 """
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -63,6 +76,7 @@ from .request import SharedEstimate
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 MAD_TO_SIGMA = 1.4826
 LEVELS = ("user+class", "class", "user", "site")
+RECENT_BY = ("end", "start")
 # how often horusd feeds its estimator afresh from the history store (service/history.py; as often as
 # horus-ingest.timer stores new run times); the simulator learns run times as late (sim/engine.py)
 FEED_EVERY_S = 300.0
@@ -100,6 +114,9 @@ class DurationSettings:
     # (module docstring, "Which key knows"); False: always ``levels``' order
     adaptive: bool = True
     min_scored: int = 20  # a level is moved only once it and the one it passes each predicted this many
+    # which runs are "the most recent": "end", those that ended last; "start", those that started last
+    # (a run whose start is not known counts as the latest); module docstring, "Recent by start"
+    recent_by: str = "end"
 
     def __post_init__(self):
         unknown = [lv for lv in self.levels if lv not in LEVELS]
@@ -111,6 +128,8 @@ class DurationSettings:
             raise ValueError("duration settings: default_duration must be positive")
         if self.min_scored < 1:
             raise ValueError("duration settings: min_scored must be at least 1")
+        if self.recent_by not in RECENT_BY:
+            raise ValueError(f"duration settings: recent_by must be one of {', '.join(RECENT_BY)}")
 
     def describe(self) -> str:
         return (f"median of the last {self.recent} runs of the first of {' > '.join(self.levels)} with "
@@ -135,7 +154,10 @@ class DurationEstimator:
 
     def __init__(self, settings: Optional[DurationSettings] = None):
         self.settings = settings or DurationSettings()
-        self._runs: Dict[tuple, Deque[float]] = {}
+        # key -> its most recent run times: in end order (a deque), or with ``recent_by`` "start" a
+        # list of (start, observation number, run time) sorted by start
+        self._runs: Dict[tuple, object] = {}
+        self._by_start = self.settings.recent_by == "start"
         self._stats: Dict[tuple, Tuple[float, float, int]] = {}  # key -> (median, log_sigma, n)
         self.observed = 0
         self.order: Tuple[str, ...] = tuple(self.settings.levels)  # the levels, in the order they are tried
@@ -145,10 +167,13 @@ class DurationEstimator:
         self._scores: Dict[str, List[float]] = {level: [0, 0.0, 0.0, 0.0, 0.0, 0.0]
                                                 for level in self.settings.levels}
 
-    def observe(self, user: str, job_class: str, run_time: float):
-        """A job finished after running ``run_time`` seconds (sacct's Elapsed)."""
+    def observe(self, user: str, job_class: str, run_time: float, start: Optional[float] = None):
+        """A job finished after running ``run_time`` seconds (sacct's Elapsed) from ``start`` (sacct's
+        Start, epoch seconds; read only with ``recent_by`` "start", None: not known)."""
         if not (run_time > 0) or not math.isfinite(run_time):
             return
+        if start is not None and not math.isfinite(start):
+            start = None
         self.observed += 1
         recent = self.settings.recent
         adaptive = self.settings.adaptive
@@ -168,9 +193,21 @@ class DurationEstimator:
                     score[4] += log_run * log_run
                     score[5] += x * log_run
             runs = self._runs.get(key)
-            if runs is None:
-                runs = self._runs[key] = deque(maxlen=recent)
-            runs.append(float(run_time))
+            if self._by_start:
+                if runs is None:
+                    runs = self._runs[key] = []
+                at = start if start is not None else (runs[-1][0] if runs else -math.inf)
+                entry = (at, self.observed, float(run_time))
+                bisect.insort(runs, entry)
+                if len(runs) > recent:
+                    if runs[0] is entry:  # it started before every kept run: nothing changes
+                        del runs[0]
+                        continue
+                    del runs[0]
+            else:
+                if runs is None:
+                    runs = self._runs[key] = deque(maxlen=recent)
+                runs.append(float(run_time))
             self._stats.pop(key, None)
         if adaptive:
             self._reorder()
@@ -211,7 +248,7 @@ class DurationEstimator:
             if not runs or len(runs) < self.settings.min_runs:
                 return None
             # a handful of values: plain Python is several times faster than numpy here
-            values = sorted(runs)
+            values = sorted([run for _start, _k, run in runs] if self._by_start else runs)
             n = len(values)
             half = n // 2
             median = values[half] if n % 2 else (values[half - 1] + values[half]) / 2.0
@@ -274,7 +311,9 @@ class DurationEstimator:
         rows = [r for r in records if _counts(r, gpu_only)]
         rows.sort(key=lambda r: _end(r.get("end_time")))
         for r in rows:
-            self.observe(str(r.get("user") or ""), str(r.get("job_class") or ""), _number(r.get("elapsed_s")))
+            started = r.get("start_time")
+            self.observe(str(r.get("user") or ""), str(r.get("job_class") or ""), _number(r.get("elapsed_s")),
+                         None if started is None else _number(started))
         return len(rows)
 
 
@@ -382,16 +421,16 @@ class QueueEstimates:
         """A job ended: learn its run time, re-estimate the waiting jobs it may change; how many moved."""
         return self.observe_many([(user, job_class, run_time)])
 
-    def observe_many(self, runs: Sequence[Tuple[str, str, float]]) -> int:
-        """:meth:`observe` for each (user, class, run time) in turn (a feed of run times, in end
+    def observe_many(self, runs: Sequence[tuple]) -> int:
+        """:meth:`observe` for each (user, class, run time[, start]) in turn (a feed of run times, in end
         order), re-estimating each waiting group those runs may change once, after the last: the
         same estimates as one by one (they depend on the estimator's history only), each group's
         jobs re-timed (an SJF queue re-keys them) once per feed instead of once per run."""
         estimator = self.estimator
         reorders = estimator.reorders
         keys: Dict[tuple, None] = {}
-        for user, job_class, run_time in runs:
-            estimator.observe(user, job_class, run_time)
+        for user, job_class, run_time, *start in runs:
+            estimator.observe(user, job_class, run_time, *start)
             for level in estimator.settings.levels:
                 key = _key(level, user or "", job_class or "")
                 if key is not None:
@@ -591,10 +630,10 @@ def replay_errors(jobs: Iterable[Tuple[float, float, str, str, Optional[float]]]
     estimates = []
     for k, (submit, run, user, cls, limit) in enumerate(ordered):
         while ends and ends[0][0] <= submit:
-            _, _, u, c, r = heapq.heappop(ends)
-            estimator.observe(u, c, r)
+            _, _, u, c, r, started = heapq.heappop(ends)
+            estimator.observe(u, c, r, started)
         estimates.append(estimator.estimate(user, cls, limit))
-        heapq.heappush(ends, (submit + run, k, user, cls, run))
+        heapq.heappush(ends, (submit + run, k, user, cls, run, submit))
     errors = estimate_errors(estimates, [j[1] for j in ordered])
     errors["order"] = estimator.order_text  # the levels' order at the end of the history
     return errors, estimates

@@ -123,10 +123,10 @@ def check_serve_config(config):
 
 
 def duration_settings(config):
-    """The duration estimator's settings for the site config (``duration_levels``)."""
+    """The duration estimator's settings for the site config (``duration_levels``, ``duration_recent``)."""
     from ..placement.duration import DurationSettings
 
-    return DurationSettings(adaptive=config.duration_levels == "measured")
+    return DurationSettings(adaptive=config.duration_levels == "measured", recent_by=config.duration_recent)
 
 
 def build_placer(config, predictor_factory=None, history=None):
@@ -506,7 +506,7 @@ class Horusd:
     def _reload(self, read_durations=True):
         config = load_config()
         placer = build_placer(config, self.predictor_factory, self.history)
-        self.history.duration_settings = duration_settings(config)  # (duration_levels may have changed)
+        self.history.duration_settings = duration_settings(config)  # (the duration settings may have changed)
         self.history.learn_pairs_at_feed = config.learn_pairs
         if read_durations:  # the run times ingested since
             self.durations = self.history.duration_estimator() or self.durations

@@ -126,6 +126,9 @@ def _interval_text(seconds: float) -> str:
               show_default=True,
               help="the order the duration estimator tries its histories in: measured (by how well each "
                    "level's estimates followed the run times) or fixed (user+class > class > user > site)")
+@click.option("--duration-recent", type=click.Choice(["end", "start"]), default="end", show_default=True,
+              help="which runs of a history the duration estimator takes the median of: those that ended "
+                   "last or those that started last (horusd's duration_recent)")
 @click.option("--slowdown-limit", default=None, type=float,
               help="horusd's slowdown_limit: a pair predicted to slow a job more is not made (default: no limit)")
 @click.option("--learn-pairs-every", "learn_pairs_every", default=None, type=float,
@@ -152,6 +155,7 @@ def _interval_text(seconds: float) -> str:
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
              max_jobs, single_gpu, holdout, durations, time_limit, default_duration, duration_levels,
+             duration_recent,
              slowdown_limit, learn_pairs_every, learn_durations_every, json_out, jobs_csv, report, progress,
              no_departure, inflate, inflate_keep_trace, shuffle_seed, gpu_memory):
     """Replay a trace through several placement policies on one simulated cluster."""
@@ -179,7 +183,8 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
         raise InputError("--inflate must be positive")
     if inflate_keep_trace and not inflate:
         raise InputError("--inflate-keep-trace goes with --inflate")
-    settings = DurationSettings(default_duration=default_duration, adaptive=duration_levels == "measured")
+    settings = DurationSettings(default_duration=default_duration, adaptive=duration_levels == "measured",
+                                recent_by=duration_recent)
     told = {name: value for name, value in (("learn_pairs_every_s", learn_pairs_every),
                                             ("learn_durations_every_s", learn_durations_every)) if value is not None}
     options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,

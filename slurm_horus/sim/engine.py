@@ -472,7 +472,7 @@ class Simulator:
         # what sacct tells a live site: how long it ran (slowed down when it shared); "limit": nothing
         # learned (a horusd whose history store holds no run times yet, as in a short replay)
         if self.options.durations != "limit":
-            self._tell(self.runs_told, job.req.user, job.req.job_class, job.run_time)
+            self._tell(self.runs_told, job.req.user, job.req.job_class, job.run_time, self.now - job.run_time)
         self._refresh(others)
         if self.ext is not None:
             self.ext.finished(job, gpus)

@@ -65,7 +65,7 @@ def job_rows_since(db, since=None, until=None, where="", params=(), fields=JOB_F
     return db.execute(sql, args).fetchall()
 
 
-DURATION_FIELDS = ("user", "job_class", "elapsed_s", "state", "n_gpus", "shards", "end_time")
+DURATION_FIELDS = ("user", "job_class", "elapsed_s", "state", "n_gpus", "shards", "start_time", "end_time")
 
 
 def finished_gpu_jobs(db, limit=20000):
