@@ -398,3 +398,35 @@ def test_a_start_that_runs_out_of_memory_counts_as_run_and_probe_hold_keeps_it_f
     pairs = len({tuple(sorted((a, b))) for a in CLASSES for b in CLASSES})
     assert held.runtime["explored:v100"] == held.oom_events <= pairs < free_for_all.oom_events
     assert summarize(held)["unfinished"] == summarize(free_for_all)["unfinished"] == 0
+
+
+def test_a_run_collects_garbage_rarely_and_puts_the_thresholds_back(monkeypatch):
+    """During a run the cyclic collector runs at the run's thresholds (its young generation every
+    50,000 net allocations, not every 700); before and after, at the caller's, also when the run fails."""
+    import gc
+
+    from slurm_horus.sim import engine
+    from slurm_horus.sim.truth import load_truth
+
+    seen = []
+    original = engine.Simulator._run
+
+    def watched(self):
+        seen.append(gc.get_threshold())
+        return original(self)
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(engine.Simulator, "_run", watched)
+    trace = [TraceJob(f"j{k}", float(k), 100.0, job_class=sorted(load_truth("gavel:v100").classes)[0]) for k in range(4)]
+    result, = run_policies(trace, parse_cluster("1x2:v100"), load_truth("gavel:v100"), ["slurm-default"])
+    assert summarize(result)["unfinished"] == 0
+    assert seen and seen[0][0] >= engine.RUN_GC_THRESHOLDS[0] and seen[0][2] >= engine.RUN_GC_THRESHOLDS[2]
+    assert gc.get_threshold() == before
+
+    def failing(self):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine.Simulator, "_run", failing)
+    with pytest.raises(RuntimeError):
+        run_policies(trace, parse_cluster("1x2:v100"), load_truth("gavel:v100"), ["slurm-default"])
+    assert gc.get_threshold() == before

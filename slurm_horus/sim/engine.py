@@ -20,6 +20,8 @@ says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is reque
 ``oom_penalty`` seconds and both directions of the pair are reported to the policy.
 """
 
+import contextlib
+import gc
 import heapq
 import math
 from dataclasses import dataclass
@@ -160,6 +162,27 @@ class SimResult:
     runtime: Dict[str, int] = None  # counters of the policy's runtime (DeepBoot: resizes, shrinks...)
 
 
+# the cyclic garbage collector's thresholds during a run (``_few_collections``)
+RUN_GC_THRESHOLDS = (50_000, 20, 100)
+
+
+@contextlib.contextmanager
+def _few_collections():
+    """A run allocates millions of short-lived tuples (queue keys re-made at every new estimate,
+    decisions) while it keeps its jobs, requests and queue for its whole length; at the interpreter's
+    default thresholds (700, 10, 10) the cyclic collector scans the survivors again and again (on the
+    82k loaded run of ``sjf`` 9.7 of 37 CPU s, a quarter; ``horus`` 2.8 of 64). During the run the young
+    generation is collected every 50,000 net allocations, the older ones rarely (the run makes few
+    reference cycles: peak memory unchanged); the thresholds are put back after it. Collection does
+    not change what a run computes."""
+    old = gc.get_threshold()
+    gc.set_threshold(*(max(a, b) for a, b in zip(old, RUN_GC_THRESHOLDS)))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def _one_by_one(learn):
     """A batch learner that hands each argument tuple of the batch to ``learn`` in turn."""
     def learn_all(batch):
@@ -238,6 +261,10 @@ class Simulator:
         self.now = t
 
     def run(self) -> SimResult:
+        with _few_collections():
+            return self._run()
+
+    def _run(self) -> SimResult:
         for job in self.jobs:
             self._push(job.trace.submit_time, ARRIVAL, job.idx)
         start = min((j.trace.submit_time for j in self.jobs), default=0.0)
