@@ -132,7 +132,8 @@ class DurationSettings:
             raise ValueError(f"duration settings: recent_by must be one of {', '.join(RECENT_BY)}")
 
     def describe(self) -> str:
-        return (f"median of the last {self.recent} runs of the first of {' > '.join(self.levels)} with "
+        last = "last" if self.recent_by == "end" else "last-started"
+        return (f"median of the {last} {self.recent} runs of the first of {' > '.join(self.levels)} with "
                 f">= {self.min_runs} runs"
                 + (" (this order to start with, then the order in which each level's estimates followed "
                    "the run times)" if self.adaptive and len(self.levels) > 1 else "")

@@ -253,7 +253,8 @@ def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
     mare = errors.get("mare")
     line = (f"durations: {options.durations}"
             + (" (the trace's)" if options.durations == "oracle" else
-               f" (median of recent runs: {' > '.join(settings.levels)}"
+               f" (median of recent{'ly started' if settings.recent_by == 'start' else ''} runs: "
+               f"{' > '.join(settings.levels)}"
                + (" to start with, then the order the levels' estimates earned" if settings.adaptive else "")
                + ", capped by the time limit)")
             + f"; {limits}"
