@@ -11,7 +11,10 @@ before (end = submit + run time: queueing delays are not in the traces), as horu
   trace (``class="none"``), and once with the simulator's classes (drawn uniformly from Gavel's 26
   by seed 0, i.e. no information: what ``horus simulate`` sees).
 
-Neither trace carries time limits, so the cap never applies here. Prints one JSON document: per
+Both sets also run with the levels in the measured order (the default) and with the last runs taken by
+start instead of by end (``recent_by="start"``, an option: docs/placement.md, "Recent by start"; a job
+here starts at its submission). Neither trace carries time limits, so the cap never applies here.
+Prints one JSON document: per
 set and setting the error figures of :func:`slurm_horus.placement.duration.estimate_errors`.
 """
 
@@ -112,8 +115,10 @@ def main():
                                      and r["levels"] == ">".join(default.levels)), None)
     # the levels' order: fixed or measured per history (adaptive, the default), on both sets
     fixed, measured = DurationSettings(adaptive=False), default
+    by_start = DurationSettings(recent_by="start")  # the last runs by start, not by end (an option)
     out["tuning"]["order"] = {"fixed": summary(score_gavel(gavel, fixed)),
-                              "measured (default)": summary(score_gavel(gavel, measured))}
+                              "measured (default)": summary(score_gavel(gavel, measured)),
+                              "measured, recent by start": summary(score_gavel(gavel, by_start))}
     print(json.dumps({"tuning order": out["tuning"]["order"]}), file=sys.stderr)
     for label, random_classes in (("philly (user = VC, no class)", False),
                                   ("philly (user = VC, simulator's random classes)", True)):
@@ -121,6 +126,7 @@ def main():
         errors, _ = replay_errors(jobs, fixed)
         out["report"][label] = summary(errors)
         out["report"][label + ", levels in the measured order (default)"] = summary(replay_errors(jobs, measured)[0])
+        out["report"][label + ", measured order, recent by start"] = summary(replay_errors(jobs, by_start)[0])
         print(json.dumps({label: out["report"][label]}), file=sys.stderr)
     # references on the same jobs: the site-wide median of the last 10 runs, and one constant guess
     jobs = philly(False)
