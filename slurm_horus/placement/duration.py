@@ -184,9 +184,9 @@ class DurationEstimator:
             if key is None:
                 continue
             if adaptive:  # what this level would have said of the job, before it learns the job
-                found = self._sample(key)
+                found = self._median_of(key)
                 if found is not None:
-                    x, score = math.log(found[0]), self._scores[level]
+                    x, score = math.log(found), self._scores[level]
                     score[0] += 1
                     score[1] += x
                     score[2] += log_run
@@ -242,17 +242,31 @@ class DurationEstimator:
         out["order"] = self.order_text
         return out
 
+    def _kept(self, key) -> Optional[List[float]]:
+        """The key's kept run times, sorted; None below ``min_runs``."""
+        runs = self._runs.get(key)
+        if not runs or len(runs) < self.settings.min_runs:
+            return None
+        # a handful of values: plain Python is several times faster than numpy here
+        return sorted([run for _start, _k, run in runs] if self._by_start else runs)
+
+    def _median_of(self, key) -> Optional[float]:
+        """:meth:`_sample`'s median alone (what scoring a level reads; the key learns a run right
+        after, so its spread would be computed for nothing)."""
+        stats = self._stats.get(key)
+        if stats is not None:
+            return stats[0]
+        values = self._kept(key)
+        return None if values is None else _sorted_median(values)
+
     def _sample(self, key) -> Optional[Tuple[float, float, int]]:
         stats = self._stats.get(key)
         if stats is None:
-            runs = self._runs.get(key)
-            if not runs or len(runs) < self.settings.min_runs:
+            values = self._kept(key)
+            if values is None:
                 return None
-            # a handful of values: plain Python is several times faster than numpy here
-            values = sorted([run for _start, _k, run in runs] if self._by_start else runs)
             n = len(values)
-            half = n // 2
-            median = values[half] if n % 2 else (values[half - 1] + values[half]) / 2.0
+            median = _sorted_median(values)
             mad_sigma = MAD_TO_SIGMA * _median([abs(math.log(v / median)) for v in values]) if n > 1 else 0.0
             s = self.settings
             sigma = s.spread_scale * math.sqrt((n * mad_sigma ** 2 + s.prior_runs * s.prior_log_sigma ** 2)
@@ -511,7 +525,10 @@ def _source_key(source: str, group: tuple):
 
 
 def _median(values: List[float]) -> float:
-    ordered = sorted(values)
+    return _sorted_median(sorted(values))
+
+
+def _sorted_median(ordered: List[float]) -> float:
     half = len(ordered) // 2
     return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2.0
 
