@@ -200,11 +200,8 @@ class DurationEstimator:
                 at = start if start is not None else (runs[-1][0] if runs else -math.inf)
                 entry = (at, self.observed, float(run_time))
                 bisect.insort(runs, entry)
-                if len(runs) > recent:
-                    if runs[0] is entry:  # it started before every kept run: nothing changes
-                        del runs[0]
-                        continue
-                    del runs[0]
+                if len(runs) > recent and runs.pop(0) is entry:
+                    continue  # it started before every kept run: nothing changes
             else:
                 if runs is None:
                     runs = self._runs[key] = deque(maxlen=recent)
@@ -326,9 +323,9 @@ class DurationEstimator:
         rows = [r for r in records if _counts(r, gpu_only)]
         rows.sort(key=lambda r: _end(r.get("end_time")))
         for r in rows:
-            started = r.get("start_time")
+            # (a missing or unreadable start is NaN: observe takes it as not known)
             self.observe(str(r.get("user") or ""), str(r.get("job_class") or ""), _number(r.get("elapsed_s")),
-                         None if started is None else _number(started))
+                         _number(r.get("start_time")))
         return len(rows)
 
 
