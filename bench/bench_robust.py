@@ -16,6 +16,11 @@ number of workers):
   one file per seed; with the Lucid truth its classes are redrawn from Lucid's);
 * offered load (work arriving per second / GPUs): ``--loads`` (0.8, 1.5, 3);
 * durations known to the policies: ``estimated`` (the duration estimator) and ``oracle``;
+* the site's history (``--history``): ``none`` (default: the estimator starts cold, as at a new site)
+  or ``trace`` (a Philly case's estimator also learns the pool's jobs that were not sampled, as
+  horusd's store would hold the site's other runs: each ended at its scaled arrival plus its run time,
+  and is learned at the first feed after that; ``sim/run.py`` ``history_from_trace``); Gavel cases
+  start with their trace's first job and have none;
 * seeds: ``--seeds`` (sample of the trace, classes).
 
 Per case: horus's mean JCT and makespan, the best other policy's (by mean JCT, among slurm-default,
@@ -61,7 +66,7 @@ from shared_data import LUCID_GPU, load_lucid, shared_data_dir  # noqa: E402
 from slurm_horus.interference import builtin_priors, write_profiles_csv  # noqa: E402
 from slurm_horus.sim.engine import SimOptions  # noqa: E402
 from slurm_horus.sim.metrics import summarize  # noqa: E402
-from slurm_horus.sim.run import parse_cluster, run_policies  # noqa: E402
+from slurm_horus.sim.run import history_from_trace, parse_cluster, run_policies  # noqa: E402
 from slurm_horus.sim.traces import read_trace  # noqa: E402
 from slurm_horus.sim.truth import Truth, load_truth  # noqa: E402
 
@@ -101,6 +106,7 @@ _PHILLY = []
 
 
 def _philly(n_jobs, seed, multi):
+    """(the sampled jobs, the pool's other jobs: the site's history with ``--history trace``)."""
     if not _PHILLY:  # read once: 82k timestamps to parse
         _PHILLY.extend(read_trace(str(shared_data_dir() / "pollux_adaptdl" / "traces" / "philly.csv"), "philly"))
     jobs = [copy.copy(j) for j in _PHILLY]
@@ -108,7 +114,8 @@ def _philly(n_jobs, seed, multi):
     jobs = sorted((j for j in jobs if j.num_gpus in sizes and 60.0 <= j.duration <= 4 * 3600.0),
                   key=lambda j: j.submit_time)
     picks = sorted(np.random.default_rng(seed).choice(len(jobs), min(n_jobs, len(jobs)), replace=False))
-    return [jobs[i] for i in picks]
+    taken = set(int(i) for i in picks)
+    return [jobs[i] for i in picks], [j for i, j in enumerate(jobs) if i not in taken]
 
 
 def _gavel_msr(n_jobs, seed, truth):
@@ -126,16 +133,19 @@ def _gavel_msr(n_jobs, seed, truth):
 
 
 def workload(trace, n_jobs, seed, truth):
+    """(the case's jobs, its source's name, the site's other jobs in the same time frame: the Philly
+    pool's jobs not sampled; none for a Gavel trace, which starts with its first job)."""
+    others = []
     if trace == "gavel-msr":
         jobs, name = _gavel_msr(n_jobs, seed, truth)
     else:
-        jobs, name = _philly(n_jobs, seed, trace == "philly-mix"), "philly.csv"
+        (jobs, others), name = _philly(n_jobs, seed, trace == "philly-mix"), "philly.csv"
     first = min(j.submit_time for j in jobs)
-    for j in jobs:
+    for j in jobs + others:
         j.submit_time -= first
         if trace != "gavel-msr":
             j.job_class = None
-    return jobs, name
+    return jobs, name, others
 
 
 def offered_load(jobs, n_gpus):
@@ -144,15 +154,18 @@ def offered_load(jobs, n_gpus):
 
 
 _TRUTHS = []  # one Truths, made by main() before any worker forks (its scratch folder, main's to remove)
+HISTORY = ("none", "trace")
+_HISTORY = ["none"]  # --history, set by main() before any worker forks
 
 
 def run_case(gpu, trace, load, durations, seed, policies, n_jobs, n_gpus):
     truth, profiles = _TRUTHS[0].get(gpu)
-    jobs, source = workload(trace, n_jobs, seed, truth)
+    jobs, source, others = workload(trace, n_jobs, seed, truth)
     groups = parse_cluster(f"{n_gpus // 4}x4:{gpu}")
     factor = load / offered_load(jobs, n_gpus)
+    history = history_from_trace(others, truth, seed, factor) if _HISTORY[0] == "trace" else ()
     results = run_policies(copy.deepcopy(jobs), groups, truth, policies, seed=seed, load=factor,
-                           profiles_path=profiles, options=SimOptions(durations=durations))
+                           profiles_path=profiles, options=SimOptions(durations=durations, history=history))
     return {r.policy: dict({k: summarize(r)[k] for k in ("mean_jct", "makespan", "effective_utilization")},
                            explored=sum(v for k, v in (r.runtime or {}).items() if k.startswith("explored:")),
                            failed_starts=r.oom_events)
@@ -256,6 +269,10 @@ def main():
     parser.add_argument("--knowledge", action="store_true",
                         help="also run the chosen variant told the true pairs, the true durations and both "
                              "(explicit oracle options): the summary's knowledge split")
+    parser.add_argument("--history", choices=HISTORY, default="none",
+                        help="what the duration estimator knows when a case starts: none (a site with no "
+                             "history, the default), or trace (the Philly pool's jobs not sampled, learned "
+                             "as they end: a site whose store holds its users' other runs; Gavel cases: none)")
     parser.add_argument("--workers", type=int, default=1,
                         help="processes running cases side by side (results do not depend on it)")
     args = parser.parse_args()
@@ -263,11 +280,12 @@ def main():
     loads = [float(x) for x in args.loads.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]
     variants = args.variants.split(",")
+    _HISTORY[:] = [args.history]
     with tempfile.TemporaryDirectory(prefix="bench_robust.") as scratch:
         _TRUTHS[:] = [Truths(scratch)]
         tuned, chosen = cross_validate(args, loads, seeds, variants)
         if args.tune_only:
-            print(json.dumps({"cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace},
+            print(json.dumps({"cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace, "history": args.history},
                                                    "variants_score": tuned, "chosen": chosen},
                               "seconds": round(time.time() - started, 1)}, indent=2))
             return
@@ -290,7 +308,8 @@ def main():
     if args.knowledge:
         summary["knowledge"] = knowledge_split(judged)
     print(json.dumps(summary), file=sys.stderr)
-    print(json.dumps({"setup": {"jobs": args.jobs, "gpus": args.gpus, "loads": loads, "seeds": seeds},
+    print(json.dumps({"setup": {"jobs": args.jobs, "gpus": args.gpus, "loads": loads, "seeds": seeds,
+                                "history": args.history},
                       "cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace,
                                                         "durations": "estimated", "loads": loads, "seeds": seeds},
                                            "variants_score": tuned, "chosen": chosen,

@@ -375,6 +375,50 @@ def test_what_ended_jobs_tell_reaches_the_policy_at_the_live_cadence(monkeypatch
                      options=SimOptions(learn_pairs_every_s=-1.0))
 
 
+def test_a_sites_history_is_learned_as_the_runs_own_are():
+    """SimOptions.history: the site's other runs reach the duration estimator as the run's own do.
+    What ended before the first arrival is known from the start; a run that ends during the run is
+    learned at the first feed after its end (never before it), at once with interval 0, never during
+    a run that learns nothing; a run that learns nothing at all (``limit``) learns no history either."""
+    from slurm_horus.sim.engine import HistoryRun
+    from slurm_horus.sim.run import history_from_trace
+
+    trace = [TraceJob("a", 0.0, 100.0, 1, job_class="a", user="u"), TraceJob("b", 400.0, 50.0, 1, job_class="a", user="u"),
+             TraceJob("c", 700.0, 40.0, 1, job_class="a", user="u")]
+
+    def estimates(history, **options):
+        result = run_policies(list(trace), [NodeGroup(1, 1, "v100", 16384.0)], constant_truth(1.0), ["slurm-default"],
+                              holdout=False, options=SimOptions(history=history, **options))[0]
+        return {j.req.job_id: round(j.estimate.seconds) for j in result.jobs}
+
+    cold = estimates(())
+    assert cold == {"a": 3600, "b": 100, "c": 75}
+    # ended before the first arrival: the store held it when the run began (a's estimate is its run)
+    assert estimates([HistoryRun(-10.0, "u", "a", 20.0)]) == {"a": 20, "b": 60, "c": 50}
+    # another user's run says nothing of u's jobs once u has runs of its own (the same levels apply)
+    assert estimates([HistoryRun(-10.0, "v", "other", 20.0)])["b"] == 100
+    # ends at 350 s: learned at the feed at 600 s with the run's own (not by b at 400 s), c knows it
+    late = [HistoryRun(350.0, "u", "a", 1000.0)]
+    assert estimates(late) == {"a": 3600, "b": 100, "c": 100}  # median of 100 (a), 1000 and 50 (b)
+    assert estimates(late, learn_durations_every_s=0.0) == {"a": 3600, "b": 550, "c": 100}
+    assert estimates(late, learn_durations_every_s=math.inf) == {"a": 3600, "b": 3600, "c": 3600}
+    assert estimates([HistoryRun(-10.0, "u", "a", 20.0)], durations="limit") == {"a": 3600, "b": 3600, "c": 3600}
+
+    # from a trace's other jobs: arrivals scaled by the load as the simulated jobs', run time added;
+    # the simulated jobs' class draws are left as they were
+    others = [TraceJob("x", 100.0, 30.0, 1, user="u"), TraceJob("y", -50.0, 40.0, 1, user="w", job_class="a")]
+    truth = constant_truth(1.0)
+    runs = history_from_trace(others, truth, seed=0, load=2.0)
+    assert [(r.end, r.user, r.run_time) for r in runs] == [(80.0, "u", 30.0), (15.0, "w", 40.0)]
+    assert runs[0].job_class in truth.classes and runs[1].job_class == "a" and others[0].job_class is None
+    plain = [TraceJob(f"j{i}", float(i), 10.0, 1, user="u") for i in range(20)]
+    drawn = [j.req.job_class for j in run_policies(plain, [NodeGroup(1, 1, "v100", 16384.0)], truth, ["sjf"],
+                                                    options=SimOptions())[0].jobs]
+    with_history = [j.req.job_class for j in run_policies(plain, [NodeGroup(1, 1, "v100", 16384.0)], truth, ["sjf"],
+                                                           options=SimOptions(history=runs))[0].jobs]
+    assert drawn == with_history
+
+
 def test_cli_learning_intervals_are_checked(capsys):
     from slurm_horus.cli import main
 

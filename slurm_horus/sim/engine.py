@@ -20,6 +20,7 @@ says cannot run (throughput 0, i.e. OOM) fails the new job at start: it is reque
 ``oom_penalty`` seconds and both directions of the pair are reported to the policy.
 """
 
+import bisect
 import contextlib
 import gc
 import heapq
@@ -144,6 +145,22 @@ class SimOptions:
     # math.inf: never during the run (a live run that ingests nothing until it is over, as a replay)
     learn_pairs_every_s: float = LIVE_FEED_S
     learn_durations_every_s: float = LIVE_FEED_S
+    # run times of the site's other jobs, as horusd's history store holds them (sacct): each is learned
+    # by the duration estimator as the run's own are, at the first feed after its end; those that ended
+    # before the run's first arrival, before the run starts. Empty (default): a site with no history
+    # (the estimator starts cold). ``history_from_trace`` makes them from a trace's other jobs
+    history: Sequence["HistoryRun"] = ()
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    """A finished run the site's history store held (the duration estimator's input): its end in the
+    simulated trace's seconds, user, class and run time."""
+
+    end: float
+    user: str
+    job_class: str
+    run_time: float
 
 
 @dataclass
@@ -240,6 +257,16 @@ class Simulator:
         self.runs_told = ([], self.options.learn_durations_every_s,
                           self.estimates.observe_many if self.estimates is not None
                           else _one_by_one(self.estimator.observe))
+        # the site's history (SimOptions.history) in end order, as runs_told holds the run's own; what
+        # ended before the first arrival is learned now (the store held it when the run began)
+        history = [] if self.options.durations == "limit" else sorted(
+            (h.end, h.user, h.job_class, h.run_time, h.end - h.run_time) for h in self.options.history)
+        first = min((j.trace.submit_time for j in self.jobs), default=0.0)
+        before = bisect.bisect_right([told[0] for told in history], first)
+        if before:
+            self.runs_told[2]([told[1:] for told in history[:before]])
+        # (never learned during a run that learns no run time until it is over)
+        self.history = [] if math.isinf(self.runs_told[1]) else history[before:]
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
         self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
@@ -273,7 +300,7 @@ class Simulator:
         while self.heap:
             t = self.heap[0][0]
             self._advance(t)
-            if self.pairs_told[0] or self.runs_told[0]:
+            if self.pairs_told[0] or self.runs_told[0] or self.history:
                 self._learn_held(t)
             changed = timers = False
             while self.heap and self.heap[0][0] == t:
@@ -465,14 +492,23 @@ class Simulator:
         """Hand the policy (pairs) and the duration estimator (run times) what was told before the last
         multiple of their interval at or before ``t`` (a refit, a feed), in the order it was told."""
         for held, every, learn in (self.pairs_told, self.runs_told):
-            if not held or math.isinf(every):
+            history = self.history if held is self.runs_told[0] else ()
+            if not (held or history) or math.isinf(every):
                 continue
-            boundary = math.floor(t / every) * every
+            boundary = math.floor(t / every) * every if every > 0 else math.nextafter(t, math.inf)
             k = 0
             while k < len(held) and held[k][0] < boundary:
                 k += 1
-            if k:
-                learn([told[1:] for told in held[:k]])
+            m = 0
+            while m < len(history) and history[m][0] < boundary:
+                m += 1
+            if m:  # the site's other runs that ended meanwhile, in end order with the run's own
+                batch = list(heapq.merge(held[:k], history[:m], key=lambda told: told[0]))
+                del history[:m]
+            else:
+                batch = held[:k]
+            if batch:
+                learn([told[1:] for told in batch])
                 del held[:k]
 
     def _stop(self, job: SimJob) -> List[SimJob]:

@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ..errors import InputError
 from ..textfiles import read_text
 from ..placement import ClassIndex, NodeGroup, PolicyModels, build_cluster, make_policy
-from .engine import SimOptions, SimResult, Simulator, assign_classes
+from .engine import HistoryRun, SimOptions, SimResult, Simulator, assign_classes
 from .traces import TraceJob
 from .truth import Truth
 
@@ -181,6 +181,21 @@ def prepare_trace(trace: Sequence[TraceJob], truth: Truth, seed: int, load: floa
     jobs.sort(key=lambda j: j.submit_time)
     assign_classes(jobs, truth.classes, seed)
     return jobs
+
+
+def history_from_trace(others: Sequence[TraceJob], truth: Truth, seed: int, load: float) -> List[HistoryRun]:
+    """The site's history (``SimOptions.history``) made from a trace's *other* jobs, those not
+    simulated, in the same time frame as the simulated trace handed to :func:`run_policies` with the
+    same ``load``: each arrived as :func:`prepare_trace` makes the simulated jobs arrive (its submit time
+    scaled by ``load``) and ran its run time at once, elsewhere on the site (the same compressed site,
+    other GPUs: it waits for none of the simulated ones). A job without a class gets one drawn as the
+    simulated jobs' are, from a draw of its own (the simulated jobs' draws are unchanged)."""
+    if load <= 0:
+        raise InputError("--load must be positive")
+    jobs = [copy.copy(j) for j in others]
+    assign_classes(jobs, truth.classes, seed + 104_729)
+    return [HistoryRun(j.submit_time / load + j.duration, j.user, j.job_class or "", j.duration)
+            for j in jobs if j.duration > 0]
 
 
 def _policy(spec: str, models: PolicyModels):
