@@ -403,6 +403,9 @@ def test_a_sites_history_is_learned_as_the_runs_own_are():
     assert estimates(late, learn_durations_every_s=0.0) == {"a": 3600, "b": 550, "c": 100}
     assert estimates(late, learn_durations_every_s=math.inf) == {"a": 3600, "b": 3600, "c": 3600}
     assert estimates([HistoryRun(-10.0, "u", "a", 20.0)], durations="limit") == {"a": 3600, "b": 3600, "c": 3600}
+    # a run with no usable end or run time is left out, the others are learned
+    assert estimates([HistoryRun(math.nan, "u", "a", 5.0), HistoryRun(-20.0, "u", "a", 0.0),
+                      HistoryRun(-10.0, "u", "a", 20.0)]) == {"a": 20, "b": 60, "c": 50}
 
     # from a trace's other jobs: arrivals scaled by the load as the simulated jobs', run time added;
     # the simulated jobs' class draws are left as they were

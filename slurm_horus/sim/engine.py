@@ -260,7 +260,8 @@ class Simulator:
         # the site's history (SimOptions.history) in end order, as runs_told holds the run's own; what
         # ended before the first arrival is learned now (the store held it when the run began)
         history = [] if self.options.durations == "limit" else sorted(
-            (h.end, h.user, h.job_class, h.run_time, h.end - h.run_time) for h in self.options.history)
+            (h.end, h.user, h.job_class, h.run_time, h.end - h.run_time) for h in self.options.history
+            if math.isfinite(h.end) and h.run_time > 0 and math.isfinite(h.run_time))
         first = min((j.trace.submit_time for j in self.jobs), default=0.0)
         before = bisect.bisect_right([told[0] for told in history], first)
         if before:
