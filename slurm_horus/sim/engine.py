@@ -25,6 +25,7 @@ import contextlib
 import gc
 import heapq
 import math
+import operator
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -179,6 +180,8 @@ class SimResult:
     runtime: Dict[str, int] = None  # counters of the policy's runtime (DeepBoot: resizes, shrinks...)
 
 
+_when = operator.itemgetter(0)  # the time of a told tuple: (time, arguments...)
+
 # the cyclic garbage collector's thresholds during a run (``_few_collections``)
 RUN_GC_THRESHOLDS = (50_000, 20, 100)
 
@@ -257,17 +260,18 @@ class Simulator:
         self.runs_told = ([], self.options.learn_durations_every_s,
                           self.estimates.observe_many if self.estimates is not None
                           else _one_by_one(self.estimator.observe))
-        # the site's history (SimOptions.history) in end order, as runs_told holds the run's own; what
-        # ended before the first arrival is learned now (the store held it when the run began)
+        # the site's history (SimOptions.history) in end order: what ended before the first arrival is
+        # learned now (the store held it when the run began), the rest is told, held with the run's own
+        # run times until its feed (never, in a run that learns none until it is over)
         history = [] if self.options.durations == "limit" else sorted(
-            (h.end, h.user, h.job_class, h.run_time, h.end - h.run_time) for h in self.options.history
-            if math.isfinite(h.end) and h.run_time > 0 and math.isfinite(h.run_time))
+            ((h.end, h.user, h.job_class, h.run_time, h.end - h.run_time) for h in self.options.history
+             if math.isfinite(h.end) and h.run_time > 0 and math.isfinite(h.run_time)), key=_when)
         first = min((j.trace.submit_time for j in self.jobs), default=0.0)
-        before = bisect.bisect_right([told[0] for told in history], first)
+        before = bisect.bisect_right(history, first, key=_when)
         if before:
             self.runs_told[2]([told[1:] for told in history[:before]])
-        # (never learned during a run that learns no run time until it is over)
-        self.history = [] if math.isinf(self.runs_told[1]) else history[before:]
+        if not math.isinf(self.runs_told[1]):
+            self.runs_told[0].extend(history[before:])
         self.done = 0
         self.may_reclaim = may_reclaim(policy)
         self.ext = runtime_for(self)  # a policy's runtime in the simulator (DeepBoot), or None
@@ -301,7 +305,7 @@ class Simulator:
         while self.heap:
             t = self.heap[0][0]
             self._advance(t)
-            if self.pairs_told[0] or self.runs_told[0] or self.history:
+            if self.pairs_told[0] or self.runs_told[0]:
                 self._learn_held(t)
             changed = timers = False
             while self.heap and self.heap[0][0] == t:
@@ -484,8 +488,8 @@ class Simulator:
     def _tell(self, told, *args):
         """Learned at once (interval 0), else held until the next multiple of the interval."""
         held, every, learn = told
-        if every > 0:
-            held.append((self.now,) + args)
+        if every > 0:  # (after what was told at the same time; before the site's history told for later)
+            bisect.insort_right(held, (self.now,) + args, key=_when)
         else:
             learn([args])
 
@@ -493,23 +497,15 @@ class Simulator:
         """Hand the policy (pairs) and the duration estimator (run times) what was told before the last
         multiple of their interval at or before ``t`` (a refit, a feed), in the order it was told."""
         for held, every, learn in (self.pairs_told, self.runs_told):
-            history = self.history if held is self.runs_told[0] else ()
-            if not (held or history) or math.isinf(every):
+            if not held or math.isinf(every):
                 continue
+            # (interval 0 holds only the site's history: what ended by now)
             boundary = math.floor(t / every) * every if every > 0 else math.nextafter(t, math.inf)
             k = 0
             while k < len(held) and held[k][0] < boundary:
                 k += 1
-            m = 0
-            while m < len(history) and history[m][0] < boundary:
-                m += 1
-            if m:  # the site's other runs that ended meanwhile, in end order with the run's own
-                batch = list(heapq.merge(held[:k], history[:m], key=lambda told: told[0]))
-                del history[:m]
-            else:
-                batch = held[:k]
-            if batch:
-                learn([told[1:] for told in batch])
+            if k:
+                learn([told[1:] for told in held[:k]])
                 del held[:k]
 
     def _stop(self, job: SimJob) -> List[SimJob]:
