@@ -13,7 +13,10 @@ number of workers):
   built-in priors without that GPU type's pairs): Gavel V100, Gavel P100, Lucid RTX 3090;
 * trace: ``philly-1gpu`` (Pollux's Philly table, 1-GPU jobs of 1 min to 4 h), ``philly-mix`` (the
   same with 1-, 2-, 4- and 8-GPU jobs), ``gavel-msr`` (a Gavel ``traces_msr`` virtual-cluster trace,
-  one file per seed; with the Lucid truth its classes are redrawn from Lucid's);
+  one file per seed; with the Lucid truth its classes are redrawn from Lucid's); a Philly case's jobs
+  (``--philly-sample``): ``random`` (default: drawn from the pool's 89 days, compressed 150-650x to
+  the load) or ``window`` (consecutive jobs from a seed-drawn start, at the trace's own pace scaled
+  0.2-38x; its history is the pool's jobs submitted before them); the JSON's ``time_scale`` per case;
 * offered load (work arriving per second / GPUs): ``--loads`` (0.8, 1.5, 3);
 * durations known to the policies: ``estimated`` (the duration estimator) and ``oracle``;
 * the site's history (``--history``): ``none`` (default: the estimator starts cold, as at a new site)
@@ -106,14 +109,23 @@ _PHILLY = []
 
 
 def _philly(n_jobs, seed, multi):
-    """(the sampled jobs, the pool's other jobs: the site's history with ``--history trace``)."""
+    """(the sampled jobs, the pool's other jobs: the site's history with ``--history trace``).
+
+    ``--philly-sample random``: ``n_jobs`` drawn from the whole pool (89 days), so a case compresses
+    the trace's time 150-650x to reach its load; ``window``: ``n_jobs`` consecutive jobs from a
+    seed-drawn start, the trace's own arrivals (its bursts, a user's runs in a row) scaled 0.1-20x, and
+    the history is the pool's jobs submitted before the window."""
     if not _PHILLY:  # read once: 82k timestamps to parse
         _PHILLY.extend(read_trace(str(shared_data_dir() / "pollux_adaptdl" / "traces" / "philly.csv"), "philly"))
     jobs = [copy.copy(j) for j in _PHILLY]
     sizes = (1, 2, 4, 8) if multi else (1,)
     jobs = sorted((j for j in jobs if j.num_gpus in sizes and 60.0 <= j.duration <= 4 * 3600.0),
                   key=lambda j: j.submit_time)
-    picks = sorted(np.random.default_rng(seed).choice(len(jobs), min(n_jobs, len(jobs)), replace=False))
+    n = min(n_jobs, len(jobs))
+    if _SAMPLE[0] == "window":
+        start = int(np.random.default_rng(seed).integers(0, len(jobs) - n + 1))
+        return jobs[start:start + n], jobs[:start]
+    picks = sorted(np.random.default_rng(seed).choice(len(jobs), n, replace=False))
     taken = set(int(i) for i in picks)
     return [jobs[i] for i in picks], [j for i, j in enumerate(jobs) if i not in taken]
 
@@ -153,6 +165,8 @@ def offered_load(jobs, n_gpus):
     return sum(j.duration * j.num_gpus for j in jobs) / (max(span, 1.0) * n_gpus)
 
 
+SAMPLES = ("random", "window")
+_SAMPLE = ["random"]  # --philly-sample, set by main() before any worker forks
 _TRUTHS = []  # one Truths, made by main() before any worker forks (its scratch folder, main's to remove)
 HISTORY = ("none", "trace")
 _HISTORY = ["none"]  # --history, set by main() before any worker forks
@@ -169,7 +183,7 @@ def run_case(gpu, trace, load, durations, seed, policies, n_jobs, n_gpus):
     return {r.policy: dict({k: summarize(r)[k] for k in ("mean_jct", "makespan", "effective_utilization")},
                            explored=sum(v for k, v in (r.runtime or {}).items() if k.startswith("explored:")),
                            failed_starts=r.oom_events)
-            for r in results}, source
+            for r in results}, source, factor
 
 
 def _run_case(task):
@@ -217,7 +231,7 @@ def cross_validate(args, loads, seeds, variants):
     scores = {v: [] for v in variants}
     tasks = [(args.tune_truth, args.tune_trace, load, "estimated", seed, OTHERS + ["oracle"] + variants,
               args.jobs, args.gpus) for load in loads for seed in seeds]
-    for summary, _ in run_cases(tasks, args.workers):
+    for summary, _, _ in run_cases(tasks, args.workers):
         best_other = min(summary[n]["mean_jct"] for n in OTHERS)
         for v in variants:
             scores[v].append(tuning_score(summary, v, best_other))
@@ -241,8 +255,9 @@ def score_everywhere(args, loads, seeds, chosen):
     extra = told(chosen) if args.knowledge else {}
     tasks = [key + (OTHERS + ["oracle", chosen] + list(extra.values()), args.jobs, args.gpus) for key in keys]
     cases = []
-    for (gpu, trace, load, durations, seed), (summary, source) in zip(keys, run_cases(tasks, args.workers)):
-        row = {"truth": gpu, "trace": trace, "source": source, "load": load,
+    for (gpu, trace, load, durations, seed), (summary, source, factor) in zip(keys, run_cases(tasks, args.workers)):
+        # time_scale: how much faster the case's jobs arrive than in their trace (its load / the trace's)
+        row = {"truth": gpu, "trace": trace, "source": source, "load": load, "time_scale": factor,
                "durations": durations, "seed": seed,
                "tuning_family": gpu == args.tune_truth and trace == args.tune_trace}
         row.update(judge(summary, chosen))
@@ -273,6 +288,10 @@ def main():
                         help="what the duration estimator knows when a case starts: none (a site with no "
                              "history, the default), or trace (the Philly pool's jobs not sampled, learned "
                              "as they end: a site whose store holds its users' other runs; Gavel cases: none)")
+    parser.add_argument("--philly-sample", choices=SAMPLES, default="random",
+                        help="how a Philly case takes its jobs from the pool: random (drawn from its 89 days, "
+                             "compressed 150-650x to the load; the default) or window (consecutive jobs from a "
+                             "seed-drawn start, the trace's own arrival pattern scaled 0.1-20x)")
     parser.add_argument("--workers", type=int, default=1,
                         help="processes running cases side by side (results do not depend on it)")
     args = parser.parse_args()
@@ -281,6 +300,7 @@ def main():
     seeds = [int(x) for x in args.seeds.split(",")]
     variants = args.variants.split(",")
     _HISTORY[:] = [args.history]
+    _SAMPLE[:] = [args.philly_sample]
     with tempfile.TemporaryDirectory(prefix="bench_robust.") as scratch:
         _TRUTHS[:] = [Truths(scratch)]
         tuned, chosen = cross_validate(args, loads, seeds, variants)
@@ -309,7 +329,7 @@ def main():
         summary["knowledge"] = knowledge_split(judged)
     print(json.dumps(summary), file=sys.stderr)
     print(json.dumps({"setup": {"jobs": args.jobs, "gpus": args.gpus, "loads": loads, "seeds": seeds,
-                                "history": args.history},
+                                "history": args.history, "philly_sample": args.philly_sample},
                       "cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace,
                                                         "durations": "estimated", "loads": loads, "seeds": seeds},
                                            "variants_score": tuned, "chosen": chosen,

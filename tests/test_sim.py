@@ -477,3 +477,34 @@ def test_a_run_collects_garbage_rarely_and_puts_the_thresholds_back(monkeypatch)
     with pytest.raises(RuntimeError):
         run_policies(trace, parse_cluster("1x2:v100"), load_truth("gavel:v100"), ["slurm-default"])
     assert gc.get_threshold() == before
+
+
+def test_bench_robust_window_takes_consecutive_jobs_and_the_history_before_them(monkeypatch):
+    """bench_robust.py --philly-sample window: n consecutive jobs of the pool (1-GPU, 1 min to 4 h,
+    in submit order) from a start drawn by the seed, and as history only the pool's jobs submitted
+    before them; random: a draw over the whole pool, the rest its history."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "bench" / "bench_robust.py"
+    spec = importlib.util.spec_from_file_location("bench_robust_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    pool = [TraceJob(f"p{i}", float(1000 - i), 600.0, 1) for i in range(50)]  # listed newest first
+    pool.append(TraceJob("short", 5.0, 30.0, 1))  # under a minute: never in the pool
+    pool.append(TraceJob("wide", 6.0, 600.0, 3))  # 3 GPUs: not 1-GPU, nor a Philly-mix size
+    monkeypatch.setattr(bench, "_PHILLY", pool)
+    monkeypatch.setattr(bench, "_SAMPLE", ["window"])
+    for seed in (0, 1, 2):
+        jobs, history = bench._philly(10, seed, False)
+        times = [j.submit_time for j in jobs]
+        assert len(jobs) == 10 and times == sorted(times)
+        ranks = [int(j.job_id[1:]) for j in jobs]
+        assert ranks == list(range(ranks[0], ranks[0] - 10, -1))  # consecutive in submit order
+        assert sorted(int(j.job_id[1:]) for j in history) == list(range(ranks[0] + 1, 50))
+        assert all(h.submit_time < times[0] for h in history)
+    starts = {bench._philly(10, seed, False)[0][0].job_id for seed in range(8)}
+    assert len(starts) > 1  # the seed draws the start
+    monkeypatch.setattr(bench, "_SAMPLE", ["random"])
+    jobs, history = bench._philly(10, 0, False)
+    assert len(jobs) == 10 and len(history) == 40
+    assert {j.job_id for j in jobs} | {j.job_id for j in history} == {f"p{i}" for i in range(50)}
