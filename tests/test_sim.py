@@ -508,3 +508,39 @@ def test_bench_robust_window_takes_consecutive_jobs_and_the_history_before_them(
     jobs, history = bench._philly(10, 0, False)
     assert len(jobs) == 10 and len(history) == 40
     assert {j.job_id for j in jobs} | {j.job_id for j in history} == {f"p{i}" for i in range(50)}
+
+
+def test_cli_simulates_a_later_stretch_with_the_earlier_jobs_as_history(tmp_path, capsys):
+    """horus simulate --skip-jobs N leaves out the first N jobs (submit order); --history skipped
+    gives their run times to the duration estimator (each once it ended), as horusd's store holds a
+    site's earlier runs: no job of the stretch then starts on the default estimate. Bad combinations
+    are one error line."""
+    from slurm_horus.cli import main
+
+    rows = [f"j{i},{i * 50},{300 + (i % 4) * 600},1,{['resnet18-bs64', 'lm-bs20'][i % 2]},u{i % 3}"
+            for i in reversed(range(40))]  # listed newest first: skipping goes by submit time
+    trace = _generic(tmp_path, rows, header="job_id,submit_time,duration,num_gpus,job_class,user")
+    out = {}
+    for history in ("none", "skipped"):
+        path = tmp_path / f"{history}.json"
+        result = CliRunner().invoke(simulate, ["--trace", trace, "--cluster", "1x2:v100", "--policy", "sjf",
+                                               "--skip-jobs", "20", "--max-jobs", "15", "--history", history,
+                                               "--no-progress", "--json", str(path)])
+        assert result.exit_code == 0, result.output
+        out[history] = json.loads(path.read_text())
+        assert (out[history]["jobs"], out[history]["skipped_jobs"]) == (15, 20)
+        assert out[history]["policies"]["sjf"]["jobs"] == 15
+    assert out["none"]["history_runs"] == 0 and out["skipped"]["history_runs"] == 20
+    cold = out["none"]["durations"]["estimator_error"]["sources"]
+    told = out["skipped"]["durations"]["estimator_error"]["sources"]
+    assert cold.get("default", 0) > 0 and "default" not in told
+    assert "20 earlier runs" in out["skipped"]["durations"]["line"]
+    for args, words in ((["--history", "skipped"], ["--skip-jobs"]),
+                        (["--skip-jobs", "-1"], ["--skip-jobs"]),
+                        (["--skip-jobs", "40"], ["no jobs to simulate", "--skip-jobs"])):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["simulate", "--trace", trace, "--cluster", "1x2:v100", "--policy", "sjf", "--no-progress"] + args)
+        err = capsys.readouterr().err
+        assert exit_info.value.code not in (0, None)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert all(word in err for word in words), err

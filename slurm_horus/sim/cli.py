@@ -110,6 +110,13 @@ def _interval_text(seconds: float) -> str:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--load", default=1.0, show_default=True, type=float, help="arrival-rate multiplier")
 @click.option("--max-jobs", default=0, type=int, help="use only the first N jobs of the trace (0 = all)")
+@click.option("--skip-jobs", default=0, type=int,
+              help="leave out the first N jobs of the trace, in submit order (before --max-jobs): simulate a "
+                   "later stretch of it")
+@click.option("--history", "history_from", default="none", show_default=True, type=click.Choice(["none", "skipped"]),
+              help="what the duration estimator knows when the run starts: none (a new site), or skipped: the "
+                   "run times of the jobs --skip-jobs left out, each learned once it ended, as horusd's store "
+                   "holds a site's earlier runs")
 @click.option("--single-gpu", is_flag=True, help="keep only 1-GPU jobs")
 @click.option("--holdout/--no-holdout", default=True, show_default=True,
               help="hide the truth GPU's measured pairs from the policies' priors")
@@ -154,7 +161,7 @@ def _interval_text(seconds: float) -> str:
 @click.option("--gpu-memory-mb", "gpu_memory", multiple=True, metavar="MODEL=MB",
               help="memory of one GPU of MODEL (repeatable), e.g. --gpu-memory-mb G2=32768")
 def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, profiles, policies, seed, load,
-             max_jobs, single_gpu, holdout, durations, time_limit, default_duration, duration_levels,
+             max_jobs, skip_jobs, history_from, single_gpu, holdout, durations, time_limit, default_duration, duration_levels,
              duration_recent,
              slowdown_limit, learn_pairs_every, learn_durations_every, json_out, jobs_csv, report, progress,
              no_departure, inflate, inflate_keep_trace, shuffle_seed, gpu_memory):
@@ -162,7 +169,7 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
     from ..placement.duration import DurationSettings
     from .engine import SimOptions
     from .metrics import summarize, write_jobs_csv
-    from .run import parse_cluster, run_policies
+    from .run import history_from_trace, parse_cluster, run_policies
     from .traces import read_trace, time_unit_warning
     from .truth import load_truth
 
@@ -183,12 +190,16 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
         raise InputError("--inflate must be positive")
     if inflate_keep_trace and not inflate:
         raise InputError("--inflate-keep-trace goes with --inflate")
+    if skip_jobs < 0 or max_jobs < 0:
+        raise InputError("--skip-jobs and --max-jobs must be 0 or more")
+    if history_from == "skipped" and not skip_jobs:
+        raise InputError("--history skipped learns the jobs --skip-jobs leaves out: give --skip-jobs N")
+    if history_from == "skipped" and no_departure:
+        raise InputError("--history has nothing to tell with --no-departure (no durations are read)")
     settings = DurationSettings(default_duration=default_duration, adaptive=duration_levels == "measured",
                                 recent_by=duration_recent)
     told = {name: value for name, value in (("learn_pairs_every_s", learn_pairs_every),
                                             ("learn_durations_every_s", learn_durations_every)) if value is not None}
-    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
-                         max_slowdown=slowdown_limit, **told)
     truth_model = load_truth(truth, profiles)
     groups = parse_cluster(cluster, _gpu_memory(gpu_memory))
     gpu_type = groups[0].gpu_type
@@ -199,10 +210,18 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
         click.echo(f"{trace_path}: {warning}", err=True)
     if single_gpu:
         jobs = [j for j in jobs if j.num_gpus == 1]
-    if max_jobs:
-        jobs = sorted(jobs, key=lambda j: j.submit_time)[:max_jobs]
+    skipped = []
+    if max_jobs or skip_jobs:
+        jobs = sorted(jobs, key=lambda j: j.submit_time)
+        skipped, jobs = jobs[:skip_jobs], jobs[skip_jobs:]
+        if max_jobs:
+            jobs = jobs[:max_jobs]
     if not jobs:
-        raise InputError(f"{trace_path}: no jobs to simulate")
+        raise InputError(f"{trace_path}: no jobs to simulate"
+                         + (f" after the {len(skipped)} --skip-jobs leaves out" if skipped else ""))
+    history = history_from_trace(skipped, truth_model, seed, load) if history_from == "skipped" else ()
+    options = SimOptions(durations=durations, time_limit=time_limit, duration_settings=settings,
+                         max_slowdown=slowdown_limit, history=history, **told)
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if no_departure:
         if jobs_csv:
@@ -222,7 +241,8 @@ def simulate(trace_path, trace_format, time_unit, traces_dir, cluster, truth, pr
     click.echo("learning: pairs measured reach the policies {}, run times the estimator {}".format(
         *(_interval_text(v) for v in (options.learn_pairs_every_s, options.learn_durations_every_s))))
     payload = {"policies": summaries, "trace": str(trace_path), "cluster": cluster, "truth": truth,
-               "seed": seed, "load": load, "jobs": len(jobs), "durations": knowledge, "learning": learning,
+               "seed": seed, "load": load, "jobs": len(jobs), "skipped_jobs": len(skipped),
+               "history_runs": len(history), "durations": knowledge, "learning": learning,
                "ratios_to_slurm_default": _ratios(summaries)}
     try:
         if json_out:
@@ -261,6 +281,8 @@ def duration_knowledge(options, settings, jobs, summaries: dict) -> dict:
             + (f"; estimator: median abs. relative error {mare:.2f}, rank correlation "
                f"{errors.get('rank_corr') or 0:.2f}" if mare is not None else "")
             + (f", levels at the end {errors['order']}" if mare is not None and errors.get("order") else "")
+            + (f"; the site's history: {len(options.history)} earlier runs (--history)"
+               if options.history and options.durations == "estimated" else "")
             + (f"; true durations: {', '.join(oracles)}" if oracles else ""))
     return {"mode": options.durations, "rule": settings.describe(), "time_limits": limits,
             "default_time_limit": options.time_limit, "default_duration": settings.default_duration,
