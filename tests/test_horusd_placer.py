@@ -844,3 +844,41 @@ def test_the_site_setting_learn_pairs_turns_the_feeds_pair_learning_on_and_off(t
         time.sleep(0.02)
     history.stop()
     assert bool(told) is learn
+
+
+def test_ping_says_how_many_pairs_a_job_may_join_under_the_slowdown_limit_and_doctor_warns(tmp_path):
+    """A GPU type whose pairs the model lacks: its guesses keep every pair over slowdown_limit 1.5, so
+    nothing would share and no pair would ever be measured. horusd's ping tells the share of (job
+    class, resident class) pairs a job may join, per GPU type (a pair measured here counts as measured);
+    `horus doctor` warns below a quarter, and says the share otherwise."""
+    from slurm_horus.config import load_config
+    from slurm_horus.interference import builtin_priors
+    from slurm_horus.service.doctor import check_sharing
+
+    profiles, observations = builtin_priors()
+    held_out = build_model("chain", profiles, [o for o in observations if o.gpu_type != "v100"])
+    shares = {}
+    for name, model, limit in (("priors", MODEL, "1.5"), ("held out", held_out, "1.5"), ("held out", held_out, "2.5")):
+        config = load_config({"socket": str(tmp_path / "s.sock"), "db": str(tmp_path / f"{name}{limit}.db"),
+                              "slowdown_limit": limit}, environ={})
+        horusd = Horusd(config, reader=FixedReader(Snapshot([node("n1")], [], taken_at=1e12)),
+                        predictor_factory=lambda kind, _m=model: _m)
+        horusd.placer.clock = lambda: 1e12
+        horusd.refresh_once()
+        ping = horusd.decide({"op": "ping"})
+        assert ping["slowdown_limit"] == float(limit)
+        shares[name, limit] = ping["joinable_under_slowdown_limit"]["v100"]
+        lines = check_sharing(ping)
+        assert len(lines) == 1 and "v100" in lines[0][1]
+        assert lines[0][0] == ("warning" if shares[name, limit] < 0.25 else "info"), lines
+        if name == "held out" and limit == "1.5":
+            assert "slowdown_limit 2.0" in lines[0][1] and "model-refit" in lines[0][1]
+            # a pair measured on this cluster counts as measured: one more pair a job may join
+            names = sorted(horusd.placer.known_classes)
+            horusd.placer.policy.observe("v100", names[0], names[1], 0.9)
+            after = horusd.decide({"op": "ping"})["joinable_under_slowdown_limit"]["v100"]
+            assert after == pytest.approx(shares[name, limit] + 1 / len(names) ** 2, abs=1e-3)
+    assert shares["held out", "1.5"] == 0.0  # collaborative filtering's guesses from other GPU types
+    assert 0.4 < shares["priors", "1.5"] < 0.6  # Gavel's V100 pairs measured: about half
+    assert shares["held out", "2.5"] > 0.25
+    assert check_sharing(None) == [] and check_sharing({"ok": True}) == []

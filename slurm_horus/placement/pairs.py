@@ -63,6 +63,25 @@ def _predict_block(predictor: Predictor, targets: Sequence[str], corunners: Sequ
                         dtype=np.float64)
 
 
+def joinable_share(table: "PairTable", names: Sequence[str], gpu_type: str, max_slowdown: float) -> Optional[float]:
+    """The share of the (job class, resident class) pairs of ``names`` where a job may join the resident
+    on ``gpu_type`` under a site's slowdown limit (the cycle's ``max_slowdown`` test on the joining
+    job): its normalized throughput there, measured on this cluster or else the table's model predicts
+    (before calibration), is at least 1 / ``max_slowdown``. None: no class. Read only: the table and its
+    class index are left as they are (horusd's ping asks it)."""
+    names = list(names)
+    if not names:
+        return None
+    targets = [a for a in names for _ in names]
+    corunners = names * len(names)
+    values = _predict_block(table.predictor, targets, corunners, gpu_type)
+    for i, (a, b) in enumerate(zip(targets, corunners)):
+        seen = table.observed(gpu_type, a, b)
+        if seen is not None:
+            values[i] = seen
+    return float(np.mean(values >= 1.0 / max_slowdown))
+
+
 class PairTable:
     """Predicted pair throughputs for the classes seen so far, per GPU type."""
 

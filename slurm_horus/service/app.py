@@ -28,6 +28,7 @@ import time
 
 from ..config import load_config
 from ..errors import HorusError
+from ..placement.pairs import joinable_share
 from ..placement.policies import PolicyModels, make_policy
 from ..slurm import queries
 from ..slurm.parse import active_controller
@@ -210,6 +211,29 @@ class Horusd:
         self._reload_lock = threading.Lock()  # SIGHUP, a refit and the controller socket may all ask at once
         self.reloads = 0  # reloads done (SIGHUP, reload, a refit, the feed's new pairs): ping says
         self.frontend.on_fatal = self._die
+        self._joinable = (None, {})  # (what it was computed for, joinable_shares' answer)
+
+    def joinable_shares(self):
+        """Per GPU type of the cluster, the share of the (job class, resident class) pairs of the
+        classes the model knows where a job may join under ``slowdown_limit`` (:func:`joinable_share`):
+        on a GPU type whose pairs the model lacks, its guesses are cautious, the limit keeps most pairs
+        apart, and pairs are measured only where jobs share (``horus doctor`` warns; docs/horusd.md).
+        Kept until the model, the measured pairs or the GPU types change; {} when it cannot be told."""
+        placer = self.placer
+        try:
+            tables = placer.policy.pair_tables() if placer.policy is not None else []
+            if not tables or placer.state is None:
+                return {}
+            table, limit = tables[0], float(self.config.slowdown_limit)
+            key = (id(placer), id(table), table.n_observations, tuple(placer.state.gpu_types), limit)
+            if self._joinable[0] != key:
+                names = sorted(placer.known_classes)
+                shares = {gpu: joinable_share(table, names, gpu, limit) for gpu in placer.state.gpu_types}
+                self._joinable = (key, {gpu: round(v, 3) for gpu, v in shares.items() if v is not None})
+            return self._joinable[1]
+        except Exception as exc:  # a ping always answers
+            log.warning("horus: ping could not tell the joinable pairs: %s", exc)
+            return {}
 
     def set_durations(self, estimator):
         """A duration estimator fed with fresh history: the placer uses it from its next decision."""
@@ -240,7 +264,9 @@ class Horusd:
                     "duration_order": self.placer.durations.order_text,
                     "pairs_measured": len(self.history.told_pairs or ()),
                     "policy_counters": self.placer.policy.counters() if self.placer.policy is not None else {},
-                    "reloads": self.reloads, "ended_notices": self.ended_notices}
+                    "reloads": self.reloads, "ended_notices": self.ended_notices,
+                    "slowdown_limit": self.config.slowdown_limit,
+                    "joinable_under_slowdown_limit": self.joinable_shares()}
         if not self.active and op != "reload":
             if op in ("claim", "left"):
                 return None  # notifications

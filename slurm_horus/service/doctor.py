@@ -229,6 +229,30 @@ def check_queue(config, jobs, ping=None, now=None):
     return problems
 
 
+JOINABLE_WARN = 0.25  # a GPU type where a job may join fewer pair kinds than this gets a warning
+
+
+def check_sharing(ping):
+    """Per GPU type, the share of class pairs a job may join under horusd's ``slowdown_limit`` (its
+    ping). Where the model has no pairs measured for a GPU type (A100, H100... are not in the priors)
+    its guesses are cautious: the limit keeps most pairs apart, and since pairs are measured only where
+    jobs share, the cluster never learns them (docs/horusd.md)."""
+    shares = (ping or {}).get("joinable_under_slowdown_limit") or {}
+    limit = (ping or {}).get("slowdown_limit")
+    problems = []
+    for gpu, share in sorted(shares.items()):
+        if share < JOINABLE_WARN:
+            problems.append(("warning", f"GPU type {gpu}: under slowdown_limit {limit:g} a job may join only "
+                                        f"{share:.0%} of the class pairs horusd's model knows (they are predicted, "
+                                        f"not measured here): few jobs will share, and pairs are measured only where "
+                                        f"jobs share; start with slowdown_limit 2.0 until `horus model-refit` has "
+                                        f"learned this cluster's pairs, then lower it (docs/horusd.md)"))
+        else:
+            problems.append(("info", f"GPU type {gpu}: a job may join {share:.0%} of the class pairs under "
+                                     f"slowdown_limit {limit:g}"))
+    return problems
+
+
 def check_horus_config(config):
     """What ``horus serve`` would refuse in the site configuration (the same check it runs)."""
     from ..errors import HorusError
@@ -260,6 +284,7 @@ def run_checks(config, slurm_conf=None):
     else:
         ping = protocol.ask({"op": "ping"}, config.socket, timeout_s=max(config.timeout_ms / 1000, 0.5))
         problems += check_queue(config, jobs, ping)
+        problems += check_sharing(ping)
     if str(config.policy).split("/", 1)[0] == "deepboot":
         problems += check_deepboot(conf)
     if os.path.exists(config.disable_file):
