@@ -72,13 +72,13 @@ def joinable_share(table: "PairTable", names: Sequence[str], gpu_type: str, max_
     names = list(names)
     if not names:
         return None
+    n = len(names)
     targets = [a for a in names for _ in names]
-    corunners = names * len(names)
-    values = _predict_block(table.predictor, targets, corunners, gpu_type)
-    for i, (a, b) in enumerate(zip(targets, corunners)):
-        seen = table.observed(gpu_type, a, b)
-        if seen is not None:
-            values[i] = seen
+    values = _predict_block(table.predictor, targets, names * n, gpu_type)
+    at = {name: i for i, name in enumerate(names)}
+    for (gpu, a, b), (mean, _count) in table._observed.items():  # the pairs measured here
+        if gpu == gpu_type and a in at and b in at:
+            values[at[a] * n + at[b]] = mean
     return float(np.mean(values >= 1.0 / max_slowdown))
 
 
