@@ -24,7 +24,9 @@ number of workers):
   horusd's store would hold the site's other runs: each ended at its scaled arrival plus its run time,
   and is learned at the first feed after that; ``sim/run.py`` ``history_from_trace``); Gavel cases
   start with their trace's first job and have none;
-* seeds: ``--seeds`` (sample of the trace, classes).
+* seeds: ``--seeds`` (sample of the trace, classes);
+* horusd's ``slowdown_limit`` (``--slowdown-limit X``; default none, as ``horus simulate``): every
+  policy's cycle refuses a pair predicted to slow the joining job more than X.
 
 Per case: horus's mean JCT and makespan, the best other policy's (by mean JCT, among slurm-default,
 sjf, sjf-ffs, sjf-bsbf, horus-util, iasp-iapp), sjf-bsbf's makespan, and the oracle's (perfect
@@ -165,6 +167,7 @@ def offered_load(jobs, n_gpus):
     return sum(j.duration * j.num_gpus for j in jobs) / (max(span, 1.0) * n_gpus)
 
 
+_LIMIT = [None]  # --slowdown-limit, set by main() before any worker forks
 SAMPLES = ("random", "window")
 _SAMPLE = ["random"]  # --philly-sample, set by main() before any worker forks
 _TRUTHS = []  # one Truths, made by main() before any worker forks (its scratch folder, main's to remove)
@@ -179,7 +182,8 @@ def run_case(gpu, trace, load, durations, seed, policies, n_jobs, n_gpus):
     factor = load / offered_load(jobs, n_gpus)
     history = history_from_trace(others, truth, seed, factor) if _HISTORY[0] == "trace" else ()
     results = run_policies(copy.deepcopy(jobs), groups, truth, policies, seed=seed, load=factor,
-                           profiles_path=profiles, options=SimOptions(durations=durations, history=history))
+                           profiles_path=profiles, options=SimOptions(durations=durations, history=history,
+                                                                      max_slowdown=_LIMIT[0]))
     return {r.policy: dict({k: summarize(r)[k] for k in ("mean_jct", "makespan", "effective_utilization")},
                            explored=sum(v for k, v in (r.runtime or {}).items() if k.startswith("explored:")),
                            failed_starts=r.oom_events)
@@ -292,6 +296,9 @@ def main():
                         help="how a Philly case takes its jobs from the pool: random (drawn from its 89 days, "
                              "compressed 150-650x to the load; the default) or window (consecutive jobs from a "
                              "seed-drawn start, the trace's own arrival pattern scaled 0.1-20x)")
+    parser.add_argument("--slowdown-limit", type=float, default=None,
+                        help="horusd's slowdown_limit for every policy (the cycle's max_slowdown: a pair predicted "
+                             "to slow the joining job more is not formed); default: none, as the simulator")
     parser.add_argument("--workers", type=int, default=1,
                         help="processes running cases side by side (results do not depend on it)")
     args = parser.parse_args()
@@ -301,6 +308,9 @@ def main():
     variants = args.variants.split(",")
     _HISTORY[:] = [args.history]
     _SAMPLE[:] = [args.philly_sample]
+    if args.slowdown_limit is not None and not args.slowdown_limit >= 1.0:
+        parser.error("--slowdown-limit must be at least 1")
+    _LIMIT[:] = [args.slowdown_limit]
     with tempfile.TemporaryDirectory(prefix="bench_robust.") as scratch:
         _TRUTHS[:] = [Truths(scratch)]
         tuned, chosen = cross_validate(args, loads, seeds, variants)
@@ -329,7 +339,8 @@ def main():
         summary["knowledge"] = knowledge_split(judged)
     print(json.dumps(summary), file=sys.stderr)
     print(json.dumps({"setup": {"jobs": args.jobs, "gpus": args.gpus, "loads": loads, "seeds": seeds,
-                                "history": args.history, "philly_sample": args.philly_sample},
+                                "history": args.history, "philly_sample": args.philly_sample,
+                                "slowdown_limit": args.slowdown_limit},
                       "cross_validation": {"tuned_on": {"truth": args.tune_truth, "trace": args.tune_trace,
                                                         "durations": "estimated", "loads": loads, "seeds": seeds},
                                            "variants_score": tuned, "chosen": chosen,
