@@ -115,7 +115,7 @@ def _philly(n_jobs, seed, multi):
 
     ``--philly-sample random``: ``n_jobs`` drawn from the whole pool (89 days), so a case compresses
     the trace's time 150-650x to reach its load; ``window``: ``n_jobs`` consecutive jobs from a
-    seed-drawn start, the trace's own arrivals (its bursts, a user's runs in a row) scaled 0.1-20x, and
+    seed-drawn start, the trace's own arrivals (its bursts, a user's runs in a row) scaled 0.2-38x, and
     the history is the pool's jobs submitted before the window."""
     if not _PHILLY:  # read once: 82k timestamps to parse
         _PHILLY.extend(read_trace(str(shared_data_dir() / "pollux_adaptdl" / "traces" / "philly.csv"), "philly"))
@@ -295,7 +295,7 @@ def main():
     parser.add_argument("--philly-sample", choices=SAMPLES, default="random",
                         help="how a Philly case takes its jobs from the pool: random (drawn from its 89 days, "
                              "compressed 150-650x to the load; the default) or window (consecutive jobs from a "
-                             "seed-drawn start, the trace's own arrival pattern scaled 0.1-20x)")
+                             "seed-drawn start, the trace's own arrival pattern scaled 0.2-38x)")
     parser.add_argument("--slowdown-limit", type=float, default=None,
                         help="horusd's slowdown_limit for every policy (the cycle's max_slowdown: a pair predicted "
                              "to slow the joining job more is not formed); default: none, as the simulator")

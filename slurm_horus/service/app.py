@@ -225,8 +225,10 @@ class Horusd:
             if not tables or placer.state is None:
                 return {}
             table, limit = tables[0], float(self.config.slowdown_limit)
-            key = (id(placer), id(table), table.n_observations, tuple(placer.state.gpu_types), limit)
-            if self._joinable[0] != key:
+            # the table itself, not its id: a reload's new table may reuse a freed one's id
+            key = (table, table.n_observations, tuple(placer.state.gpu_types), limit)
+            kept = self._joinable[0]
+            if kept is None or kept[0] is not table or kept[1:] != key[1:]:
                 names = sorted(placer.known_classes)
                 shares = {gpu: joinable_share(table, names, gpu, limit) for gpu in placer.state.gpu_types}
                 self._joinable = (key, {gpu: round(v, 3) for gpu, v in shares.items() if v is not None})
